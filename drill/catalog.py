@@ -1,0 +1,155 @@
+"""Load a topic's catalog.toml into frozen dataclasses.
+
+The catalog is the single source of the exercise order, files, hints and the
+cards tied to each exercise. Unknown keys are rejected so typos surface early.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from drill import paths
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+CATALOG_FORMAT = 1
+NEEDS = ("cpu", "gpu", "dist")
+HEADER = re.compile(r"^#\s*drill:\s*([a-z0-9_-]+)/([a-z0-9_-]+)\s*$")
+
+
+class CatalogError(Exception):
+    """The catalog file itself is malformed (an author error, not a user error)."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    topic: str
+    id: str
+    file: str
+    title: str
+    needs: str
+    functions: tuple[str, ...]
+    hints: tuple[str, ...]
+    cards: tuple[str, ...] = ()
+    timeout: float = 60.0
+    memory_mb: int = 2048
+
+    @property
+    def key(self) -> str:
+        return f"{self.topic}/{self.id}"
+
+    @property
+    def number(self) -> str:
+        return self.file.split("_", 1)[0]
+
+    @property
+    def stub_path(self) -> Path:
+        return paths.exercises_root() / self.topic / self.file
+
+    @property
+    def solution_path(self) -> Path:
+        return paths.solutions_root() / self.topic / self.file
+
+    @property
+    def checks_path(self) -> Path:
+        return paths.exercises_root() / self.topic / "checks" / f"test_{Path(self.file).stem}.py"
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    title: str
+    intro: str
+    exercises: tuple[Exercise, ...] = field(default_factory=tuple)
+
+    def get(self, exercise_id: str) -> Exercise | None:
+        for ex in self.exercises:
+            if exercise_id in (ex.id, ex.file, ex.number, Path(ex.file).stem):
+                return ex
+        return None
+
+
+_EXERCISE_KEYS = {"id", "file", "title", "needs", "functions", "hints", "cards", "timeout", "memory_mb"}
+_TOPIC_KEYS = {"format", "topic", "title", "intro", "exercise"}
+
+
+def topic_names() -> list[str]:
+    root = paths.exercises_root()
+    return sorted(p.parent.name for p in root.glob("*/catalog.toml"))
+
+
+@lru_cache(maxsize=None)
+def load_topic(name: str) -> Topic:
+    path = paths.exercises_root() / name / "catalog.toml"
+    if not path.is_file():
+        raise KeyError(name)
+    return parse_catalog(path.read_text(encoding="utf-8"), name)
+
+
+def parse_catalog(text: str, name: str) -> Topic:
+    data = tomllib.loads(text)
+    _reject_unknown(data, _TOPIC_KEYS, f"catalog {name}")
+    if data.get("format") != CATALOG_FORMAT:
+        raise CatalogError(f"catalog {name}: format must be {CATALOG_FORMAT}")
+    if data.get("topic") != name:
+        raise CatalogError(f"catalog {name}: topic key says {data.get('topic')!r}")
+    exercises = []
+    for raw in data.get("exercise", []):
+        _reject_unknown(raw, _EXERCISE_KEYS, f"catalog {name}, exercise {raw.get('id')}")
+        if raw.get("needs", "cpu") not in NEEDS:
+            raise CatalogError(f"exercise {raw.get('id')}: needs must be one of {NEEDS}")
+        exercises.append(
+            Exercise(
+                topic=name,
+                id=raw["id"],
+                file=raw["file"],
+                title=raw["title"],
+                needs=raw.get("needs", "cpu"),
+                functions=tuple(raw["functions"]),
+                hints=tuple(raw.get("hints", ())),
+                cards=tuple(raw.get("cards", ())),
+                timeout=float(raw.get("timeout", 60.0)),
+                memory_mb=int(raw.get("memory_mb", 2048)),
+            )
+        )
+    ids = [ex.id for ex in exercises]
+    if len(set(ids)) != len(ids):
+        raise CatalogError(f"catalog {name}: duplicate exercise ids")
+    return Topic(name=name, title=data["title"], intro=data["intro"], exercises=tuple(exercises))
+
+
+def _reject_unknown(table: dict, allowed: set[str], where: str) -> None:
+    unknown = set(table) - allowed
+    if unknown:
+        raise CatalogError(f"{where}: unknown keys {sorted(unknown)}")
+
+
+def all_exercises() -> list[Exercise]:
+    return [ex for name in topic_names() for ex in load_topic(name).exercises]
+
+
+def identify(path: Path) -> Exercise | None:
+    """Find the exercise a file belongs to: its header line, else its file name."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace").splitlines()[:10]
+    except OSError:
+        head = []
+    for line in head:
+        match = HEADER.match(line.strip())
+        if match:
+            topic, exercise_id = match.groups()
+            if topic in topic_names():
+                found = load_topic(topic).get(exercise_id)
+                if found:
+                    return found
+    for ex in all_exercises():
+        if path.name == ex.file:
+            return ex
+    return None

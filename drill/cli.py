@@ -1,0 +1,67 @@
+"""The `drill` command group.
+
+Commands live one per module under drill/commands and are imported only when
+invoked, so `drill --help` never pays for numpy, torch or triton.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import click
+
+from drill import __version__
+
+# name -> (module, one-line help shown by `drill --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "start": ("drill.commands.start", "Lay out a workspace for a topic and show its intro."),
+    "check": ("drill.commands.check", "Grade an exercise file against its hidden checks."),
+    "hint": ("drill.commands.hint", "Reveal the next hint for an exercise."),
+    "solution": ("drill.commands.solution", "Show the reference solution of an exercise."),
+    "status": ("drill.commands.status", "Show progress on every exercise and the next step."),
+    "quiz": ("drill.commands.quiz", "Review follow-up question cards (spaced repetition)."),
+    "mock": ("drill.commands.mock", "A timed mock interview question."),
+    "show": ("drill.commands.show", "Draw the algorithm in the terminal (tiling, online softmax, IO)."),
+    "watch": ("drill.commands.watch", "Re-check a file every time it is saved."),
+    "bench": ("drill.commands.bench", "Time the reference kernel against PyTorch SDPA (GPU)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a command's module only when it runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _) in COMMANDS.items() if _module_exists(module)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _module_exists(COMMANDS[name][0]):
+            return None
+        return importlib.import_module(COMMANDS[name][0]).command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The help lines come from COMMANDS, so listing them imports nothing.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="drill")
+def cli() -> None:
+    """Practise ML-systems interview questions by writing real code.
+
+    \b
+      drill start flashattention        # workspace, intro, first exercise
+      drill check 01_online_softmax.py  # grade a file against hidden checks
+      drill quiz --followups            # review follow-up questions
+    """
+
+
+def main() -> None:
+    cli(prog_name="drill")

@@ -1,0 +1,35 @@
+"""Shared test set-up: a throwaway DRILL_HOME, the gpu marker, Triton's interpreter on CPUs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+HAS_GPU = shutil.which("nvidia-smi") is not None
+if not HAS_GPU:
+    # Triton kernels run under the interpreter when there is no GPU.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run by kernels/gpu_suite.py on the device)")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds on a CPU")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def drill_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test gets its own state directory; the user's real progress is never touched."""
+    home = tmp_path_factory.mktemp("drill-home")
+    monkeypatch.setenv("DRILL_HOME", str(home))
+    return home
