@@ -1,0 +1,75 @@
+"""drill start TOPIC: lay out a workspace, show the intro and the first exercise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markdown import Markdown
+from rich.panel import Panel
+
+from drill import catalog, exitcodes
+from drill.console import console, fail_line
+from drill.store import Store
+
+
+def workspace_readme(topic: catalog.Topic) -> str:
+    lines = [f"# {topic.title} drill", "", "Edit each file, then grade it:", "",
+             "    drill check 01_online_softmax.py", "",
+             "Stuck? `drill hint`. Progress: `drill status`. Follow-up questions: `drill quiz --followups`.",
+             "", "| # | file | exercise | needs |", "|---|---|---|---|"]
+    for ex in topic.exercises:
+        lines.append(f"| {ex.number} | `{ex.file}` | {ex.title} | {ex.needs} |")
+    return "\n".join(lines) + "\n"
+
+
+def lay_out(topic: catalog.Topic, target: Path) -> tuple[list[str], list[str]]:
+    """Copy every stub into target; never overwrite a file the user changed. Returns (written, kept)."""
+    target.mkdir(parents=True, exist_ok=True)
+    written, kept = [], []
+    files = {ex.file: ex.stub_path.read_text(encoding="utf-8") for ex in topic.exercises}
+    files["README.md"] = workspace_readme(topic)
+    for name, text in files.items():
+        path = target / name
+        if path.exists():
+            if path.read_text(encoding="utf-8", errors="replace") != text:
+                kept.append(name)
+            continue
+        path.write_text(text, encoding="utf-8")
+        written.append(name)
+    return written, kept
+
+
+@click.command(name="start")
+@click.argument("topic")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to put the workspace (default: ./TOPIC).")
+def command(topic: str, directory: Path | None) -> None:
+    """Lay out a workspace for TOPIC and show the intro and the first exercise."""
+    if topic not in catalog.topic_names():
+        fail_line(f"unknown topic {topic!r}; known topics: {', '.join(catalog.topic_names())}")
+        raise SystemExit(exitcodes.CANNOT)
+    spec = catalog.load_topic(topic)
+    target = (directory or Path.cwd() / topic).resolve()
+    if target.exists() and not target.is_dir():
+        fail_line(f"{target} exists and is not a directory")
+        raise SystemExit(exitcodes.CANNOT)
+    try:
+        written, kept = lay_out(spec, target)
+    except OSError as exc:
+        fail_line(f"could not write the workspace in {target}: {exc.strerror or exc}")
+        raise SystemExit(exitcodes.CANNOT)
+    with Store() as store:
+        store.set_workspace(topic, target)
+        store.set_setting("topic", topic)
+
+    console.print(Panel(spec.intro.strip(), title=f"[accent]{spec.title}[/accent]", title_align="left"))
+    console.print(f"Workspace: [accent]{target}[/accent]")
+    if written:
+        console.print(f"  wrote {len(written)} files: {', '.join(written)}", style="muted")
+    for name in kept:
+        console.print(f"  kept your edited [warn]{name}[/warn] (not overwritten)")
+    first = spec.exercises[0]
+    console.print(Markdown(
+        f"**First exercise:** `{first.file}`: {first.title}.\n\n"
+        f"Open it, replace the TODOs, then run `drill check {first.file}` inside the workspace."))

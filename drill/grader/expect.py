@@ -1,0 +1,160 @@
+"""Assertions for hidden checks, written for the learner.
+
+Comparison helpers are bound here, before the user's file is imported, so a
+submission that patches numpy's comparison functions cannot change a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Bound before any user code runs (see module docstring).
+_asarray = np.asarray
+_abs = np.abs
+_isnan = np.isnan
+_isfinite = np.isfinite
+_max = np.max
+_ndarray = np.ndarray
+_array2string = np.array2string
+
+
+class CheckFailure(AssertionError):
+    """A check's verdict: what was called, what came back, what was expected, the likely mistake."""
+
+    def __init__(self, summary: str, *, called: str = "", got: str = "", expected: str = "", hint: str = ""):
+        self.summary = summary
+        self.called = called
+        self.got = got
+        self.expected = expected
+        self.hint = hint
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        lines = [self.summary]
+        for label, value in (("called", self.called), ("yours", self.got), ("expected", self.expected)):
+            if value:
+                lines.append(f"{label}: {value}")
+        if self.hint:
+            lines.append(f"likely mistake: {self.hint}")
+        return "\n".join(lines)
+
+    def details(self) -> dict[str, str]:
+        return {"called": self.called, "got": self.got, "expected": self.expected, "hint": self.hint}
+
+
+def fail(summary: str, **fields: str) -> None:
+    raise CheckFailure(summary, **fields)
+
+
+def show(value, limit: int = 6) -> str:
+    """A short, readable rendering of a value for a failure message."""
+    if isinstance(value, _ndarray):
+        flat = value.reshape(-1)
+        body = _array2string(flat[:limit], precision=5, separator=", ", max_line_width=200)
+        more = f" … ({flat.size} values)" if flat.size > limit else ""
+        return f"array{tuple(value.shape)} {body}{more}"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(show(v, limit) for v in value) + ")"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@dataclass(frozen=True)
+class Call:
+    """Names a call for messages: Call('online_softmax', 'x[2x7], block_size=3')."""
+
+    function: str
+    arguments: str
+
+    def __str__(self) -> str:
+        return f"{self.function}({self.arguments})"
+
+
+def array(value, call: Call | str, *, shape: tuple | None = None, what: str = "the result") -> np.ndarray:
+    """Check that `value` is an ndarray of the right shape and free of NaN; return it as float64."""
+    if not isinstance(value, _ndarray):
+        fail(
+            f"{call} returned {type(value).__name__} for {what}, not a numpy array",
+            called=str(call),
+            got=show(value),
+            expected=f"np.ndarray of shape {shape}" if shape is not None else "np.ndarray",
+        )
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        fail(
+            f"{what} has the wrong shape",
+            called=str(call),
+            got=f"shape {tuple(value.shape)}",
+            expected=f"shape {tuple(shape)}",
+        )
+    out = _asarray(value, dtype=np.float64)
+    return out
+
+
+def no_nan(value: np.ndarray, call: Call | str, what: str = "the result", hint: str = "") -> None:
+    if bool(_isnan(value).any()):
+        fail(f"{what} contains NaN", called=str(call), got=show(value), hint=hint)
+
+
+def max_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest |got - want| where both are finite; inf where finiteness differs or values differ in sign of inf."""
+    got = _asarray(got, dtype=np.float64)
+    want = _asarray(want, dtype=np.float64)
+    fin_g, fin_w = _isfinite(got), _isfinite(want)
+    if bool((fin_g != fin_w).any()):
+        return math.inf
+    nonfinite = ~fin_w
+    if bool(nonfinite.any()) and bool((got[nonfinite] != want[nonfinite]).any()):
+        return math.inf
+    if not bool(fin_w.any()):
+        return 0.0
+    return float(_max(_abs(got[fin_w] - want[fin_w])))
+
+
+def close(got, want, call: Call | str, *, atol: float, rtol: float = 0.0, what: str = "the result", hint: str = "") -> None:
+    """Fail unless |got - want| <= atol + rtol*|want| everywhere (inf must match inf exactly)."""
+    got = _asarray(got, dtype=np.float64)
+    want = _asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        fail(f"{what} has the wrong shape", called=str(call), got=f"shape {got.shape}", expected=f"shape {want.shape}")
+    no_nan(got, call, what, hint="a block or row with no finite logit produced exp(-inf - (-inf)) = NaN")
+    fin_w = _isfinite(want)
+    bad = (_isfinite(got) != fin_w) | (~fin_w & (got != want))
+    both = fin_w & _isfinite(got)
+    tol = atol + rtol * _abs(want[both])
+    bad_values = _abs(got[both] - want[both]) > tol
+    if bool(bad.any()) or bool(bad_values.any()):
+        err = max_error(got, want)
+        where = _first_bad_index(got, want, atol, rtol)
+        fail(
+            f"{what} is wrong (largest error {err:.3g}, allowed {atol:g} + {rtol:g}·|expected|)",
+            called=str(call),
+            got=f"{show(got)}; at index {where}: {got[where]!r}",
+            expected=f"{show(want)}; at index {where}: {want[where]!r}",
+            hint=hint,
+        )
+
+
+def _first_bad_index(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> tuple:
+    flat_g, flat_w = got.reshape(-1), want.reshape(-1)
+    for i in range(flat_g.size):
+        g, w = float(flat_g[i]), float(flat_w[i])
+        if math.isfinite(w) != math.isfinite(g) or (not math.isfinite(w) and g != w):
+            return tuple(int(k) for k in np.unravel_index(i, got.shape))
+        if math.isfinite(w) and abs(g - w) > atol + rtol * abs(w):
+            return tuple(int(k) for k in np.unravel_index(i, got.shape))
+    return tuple(0 for _ in got.shape)
+
+
+def matches(got, candidate, atol: float = 1e-9) -> bool:
+    """True if the user's value equals a known-wrong variant (used to name the mistake)."""
+    try:
+        g = _asarray(got, dtype=np.float64)
+        c = _asarray(candidate, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return g.shape == c.shape and max_error(g, c) <= atol

@@ -1,0 +1,40 @@
+"""The grading result and its JSON document (schema version 1)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str  # pass | fail | skip | timeout | not-run
+    message: str = ""
+    seconds: float = 0.0
+    output: str = ""
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class GradeResult:
+    exercise: str
+    file: str
+    status: str  # pass | fail | error
+    message: str = ""
+    checks: list[CheckResult] = field(default_factory=list)
+    seconds: float = 0.0
+    output: str = ""  # what the user's code printed outside any check (truncated)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        return {"schema": SCHEMA_VERSION, **doc}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for check in self.checks:
+            out[check.status] = out.get(check.status, 0) + 1
+        return out

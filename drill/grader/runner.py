@@ -1,0 +1,144 @@
+"""Run an exercise's hidden checks on a user's file in a separate, limited process.
+
+The verdict is `pass` only when the worker reached its end (its `done` event
+carries the nonce we gave it), pytest exited cleanly, at least one check ran,
+every collected check reported, and none failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from drill.catalog import Exercise
+from drill.grader.result import CheckResult, GradeResult
+
+OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what the user's code may print before it is stopped
+SHOWN_OUTPUT = 2000  # characters of that output kept in the report
+
+
+def _limits(memory_mb: int):
+    def apply() -> None:
+        mem = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRILL_", "PYTEST_"))}
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+def grade(exercise: Exercise, user_file: Path, timeout: float | None = None) -> GradeResult:
+    user_file = user_file.resolve()
+    timeout = timeout or exercise.timeout
+    check_limit = max(5.0, timeout * 0.8)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="drill-grade-") as tmp:
+        events_path = Path(tmp) / "events.jsonl"
+        out_path = Path(tmp) / "output.txt"
+        nonce = secrets.token_hex(16)
+        cmd = [sys.executable, "-m", "drill.grader.worker", str(user_file), str(exercise.checks_path),
+               str(events_path), ",".join(exercise.functions), str(check_limit), str(exercise.memory_mb)]
+        with open(out_path, "wb") as out:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                cwd=str(user_file.parent), env=_child_env(),
+                preexec_fn=_limits(exercise.memory_mb), start_new_session=True,
+            )
+            try:
+                proc.stdin.write((nonce + "\n").encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            timed_out = False
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(proc)
+        events = _read_events(events_path)
+        output = out_path.read_bytes()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
+        result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, output)
+    result.seconds = round(time.perf_counter() - started, 3)
+    return result
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End the worker and anything it started (ring-attention ranks, for example)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _read_events(path: Path) -> list[dict]:
+    events = []
+    if not path.exists():
+        return events
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut off by a kill: everything after it is untrustworthy
+    return events
+
+
+def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout, output) -> GradeResult:
+    result = GradeResult(exercise=exercise.key, file=str(user_file), status="error", output=output)
+    checks = [CheckResult(e["name"], e["status"], e.get("message", ""), e.get("seconds", 0.0),
+                          e.get("output", ""), e.get("details", {})) for e in events if e.get("event") == "check"]
+    result.checks = checks
+    kinds = {e.get("event") for e in events}
+    load_error = next((e["message"] for e in events if e.get("event") == "load_error"), None)
+    collected = next((e["count"] for e in events if e.get("event") == "collected"), None)
+    done = next((e for e in events if e.get("event") == "done"), None)
+
+    if load_error:
+        result.message = load_error
+        return result
+    if timed_out:
+        phase = "while importing your file" if "loaded" not in kinds else (
+            f"after {len(checks)} of {collected or '?'} checks" if checks else "in the first check")
+        result.message = f"timed out after {timeout:g} s {phase}: an infinite loop, or far too slow?"
+        return result
+    if returncode == -signal.SIGXFSZ:
+        result.message = f"your code printed more than {OUTPUT_LIMIT_BYTES // 2**20} MB; the grader stopped it"
+        return result
+    if done is None or done.get("nonce") != nonce:
+        how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit status {returncode}"
+        phase = "while importing your file" if "loaded" not in kinds else "during the checks"
+        hint = " (out of memory?)" if returncode == -signal.SIGKILL else " (os._exit, or a crash?)"
+        result.message = f"the grading process ended early {phase} with {how}{hint}; nothing was graded"
+        return result
+    if collected is None or collected == 0 or done.get("exit") not in (0, 1):
+        result.message = "the hidden checks could not be run (a problem in drill itself; please report it)"
+        return result
+    if len(checks) < collected:
+        result.checks.append(CheckResult(f"{collected - len(checks)} more", "not-run",
+                                         "not run: an earlier check timed out"))
+    failed = [c for c in checks if c.status != "pass" and c.status != "skip"]
+    if failed or len(checks) < collected or all(c.status == "skip" for c in checks):
+        result.status = "fail"
+        result.message = f"{len(failed)} of {collected} checks failed" if failed else "not every check ran"
+        return result
+    result.status = "pass"
+    skipped = [c for c in checks if c.status == "skip"]
+    result.message = f"all {collected - len(skipped)} checks passed" + (
+        f" ({len(skipped)} skipped)" if skipped else "")
+    return result

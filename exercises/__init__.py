@@ -1,0 +1,1 @@
+"""Exercise stubs, catalogs, hidden checks and cards, one folder per topic."""

@@ -1,0 +1,189 @@
+"""Hidden checks for 01_online_softmax.py."""
+
+import math
+
+import numpy as np
+import pytest
+
+from drill.grader.expect import Call, array, close, fail, matches, show
+
+WORKED = [np.array([1.0, 3.0]), np.array([2.0, 5.0])]
+
+
+def reference_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(x, axis=-1, keepdims=True)
+    e = np.exp(x - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def reference_update(m, l, block):
+    m_new = max(m, float(np.max(block)))
+    if m_new == -math.inf:
+        return m_new, l
+    return m_new, l * math.exp(m - m_new) + float(np.exp(block - m_new).sum())
+
+
+# Known mistakes, each as the (m, l) it would produce: used to name the user's mistake.
+def _not_rescaled(m, l, block):
+    m_new = max(m, float(np.max(block)))
+    return m_new, l + float(np.exp(block - m_new).sum())
+
+
+def _inverted(m, l, block):
+    m_new = max(m, float(np.max(block)))
+    factor = math.exp(m_new - m) if m > -math.inf else 0.0
+    return m_new, l * factor + float(np.exp(block - m_new).sum())
+
+
+def _no_max(m, l, block):
+    return max(m, float(np.max(block))), l + float(np.exp(block).sum())
+
+
+UPDATE_MISTAKES = [
+    (_not_rescaled, "l was not rescaled when the running max grew: multiply the old l by exp(m_old - m_new)"),
+    (_inverted, "the rescale factor is inverted: use exp(m_old - m_new), which is at most 1, not exp(m_new - m_old)"),
+    (_no_max, "the block's exponentials are not shifted by the running max: use exp(block - m_new)"),
+]
+
+
+def _as_pair(result, call):
+    if not isinstance(result, tuple) or len(result) != 2:
+        fail(f"{call} must return a pair (m_new, l_new)", called=str(call), got=show(result),
+             expected="a tuple of two floats")
+    try:
+        return float(result[0]), float(result[1])
+    except (TypeError, ValueError):
+        fail(f"{call} returned something that is not two numbers", called=str(call), got=show(result))
+
+
+def _step_through(sub, blocks, m0=-math.inf, l0=0.0):
+    """Feed blocks to the user's update one by one; fail at the first block whose state differs."""
+    m, l = m0, l0
+    ref_m, ref_l = m0, l0
+    mistakes = [(fn, hint, m0, l0) for fn, hint in UPDATE_MISTAKES]
+    for index, block in enumerate(blocks, start=1):
+        call = Call("online_softmax_update", f"m={ref_m:.6g}, l={ref_l:.6g}, block={show(block)}")
+        got_m, got_l = _as_pair(sub.online_softmax_update(ref_m, ref_l, block.copy()), call)
+        next_m, next_l = reference_update(ref_m, ref_l, block)
+        stepped = []
+        for fn, hint, mm, ll in mistakes:
+            try:
+                stepped.append((fn, hint, *fn(ref_m, ref_l, block)))
+            except (OverflowError, ValueError):
+                pass  # this mistake cannot even produce a number here
+        ok_m = got_m == next_m or (math.isfinite(next_m) and abs(got_m - next_m) <= 1e-12 * max(1, abs(next_m)))
+        ok_l = math.isfinite(got_l) and abs(got_l - next_l) <= 1e-9 * max(1.0, abs(next_l))
+        if not (ok_m and ok_l):
+            hint = ""
+            for _, mistake_hint, mm, ll in stepped:
+                if abs(got_m - mm) <= 1e-9 * max(1, abs(mm)) and math.isfinite(ll) and abs(got_l - ll) <= 1e-9 * max(1, abs(ll)):
+                    hint = mistake_hint
+                    break
+            if not hint and math.isnan(got_l):
+                hint = "l became NaN: a block of only -inf gives exp(-inf - (-inf)); leave (m, l) unchanged then"
+            if not hint and not ok_m:
+                hint = "m_new must be max(m, max(block))"
+            fail(f"(m, l) first differs from the reference after block {index}",
+                 called=str(call), got=f"m={got_m:.6g}, l={got_l:.6g}",
+                 expected=f"m={next_m:.6g}, l={next_l:.6g}", hint=hint)
+        ref_m, ref_l = next_m, next_l
+    return ref_m, ref_l
+
+
+def test_worked_example(sub):
+    """The worked example (1, 3 | 2, 5) stepped block by block"""
+    m, l = _step_through(sub, WORKED)
+    assert m == 5.0 and abs(l - 1.2034) < 1e-4
+
+
+def test_update_from_start_state(sub):
+    """The first block from the start state m = -inf, l = 0"""
+    _step_through(sub, [np.array([-2.5, 0.5, 0.25])])
+
+
+def test_update_random_blocks(sub, rng):
+    """Random rows streamed in blocks of 1 to 7 give the one-shot statistics"""
+    for trial in range(20):
+        n = int(rng.integers(1, 40))
+        x = rng.normal(scale=3.0, size=n)
+        size = int(rng.integers(1, 8))
+        blocks = [x[i:i + size] for i in range(0, n, size)]
+        m, l = _step_through(sub, blocks)
+        assert abs(l - float(np.exp(x - x.max()).sum())) < 1e-9 * l
+
+
+def test_update_extreme_and_masked_blocks(sub):
+    """Blocks of ±1e4 and of -inf keep (m, l) finite and exact"""
+    _step_through(sub, [np.array([-1e4, -1e4 + 1.0]), np.array([1e4]), np.array([-1e4, 1e4 - 3.0])])
+    _step_through(sub, [np.array([-np.inf, -np.inf]), np.array([0.5, -np.inf]), np.array([-np.inf])])
+
+
+def _softmax_call(sub, x, block_size, what="the softmax"):
+    call = Call("online_softmax", f"x={show(x)}, block_size={block_size}")
+    got = array(sub.online_softmax(x.copy(), block_size), call, shape=x.shape, what=what)
+    return call, got
+
+
+def _diagnose_softmax(x, block_size, got):
+    """Name the mistake if the output equals a known wrong variant."""
+    rows = np.atleast_2d(x)
+    per_block = np.concatenate(
+        [reference_softmax(rows[:, i:i + block_size]) for i in range(0, rows.shape[1], block_size)], axis=1)
+    if matches(got.reshape(rows.shape), per_block):
+        return "each block was normalised on its own: keep one running (m, l) per row across all blocks"
+    full = (rows.shape[1] // block_size) * block_size
+    if 0 < full < rows.shape[1]:
+        dropped = reference_softmax(rows[:, :full])
+        if matches(got.reshape(rows.shape)[:, :full], dropped):
+            return "the last, shorter block was skipped: loop with range(0, n, block_size)"
+    return ""
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 4, 64], ids=lambda b: f"block {b}")
+def test_softmax_matches_reference(sub, rng, block_size):
+    """Rows of many lengths match softmax"""
+    for n in (1, 2, 5, 12, 33):
+        x = rng.normal(scale=4.0, size=n)
+        call, got = _softmax_call(sub, x, block_size)
+        close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9,
+              hint=_diagnose_softmax(x, block_size, got))
+
+
+def test_softmax_2d(sub, rng):
+    """A 2-D array is softmaxed row by row along the last axis"""
+    x = rng.normal(scale=2.0, size=(6, 11))
+    call, got = _softmax_call(sub, x, 4)
+    hint = _diagnose_softmax(x, 4, got)
+    if not hint and matches(got, reference_softmax(x.T).T):
+        hint = "softmax ran down the columns: normalise along the last axis"
+    close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
+
+
+def test_softmax_extreme_logits(sub):
+    """Logits of 1e4 and -1e4 give a finite, exact softmax"""
+    for x in (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0])):
+        call, got = _softmax_call(sub, x, 2)
+        hint = ""
+        if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
+            hint = ("the running max must start at -inf (not 0) and every exponent must be shifted by it, "
+                    "so exp never overflows or underflows to a zero sum")
+        close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
+
+
+def test_softmax_negative_infinity(sub):
+    """-inf logits get probability 0, also when a whole block is -inf"""
+    x = np.array([[-np.inf, -np.inf, 1.0, 2.0, -np.inf], [0.5, -np.inf, -np.inf, -np.inf, 3.0]])
+    call, got = _softmax_call(sub, x, 2)
+    close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9,
+          hint="a block of only -inf makes exp(-inf - (-inf)) = NaN: skip the rescale when the max is still -inf")
+
+
+def test_softmax_leaves_input_alone(sub, rng):
+    """The input array is not modified"""
+    x = rng.normal(size=(3, 9))
+    before = x.copy()
+    sub.online_softmax(x, 4)
+    if not matches(x, before, atol=0.0):
+        fail("online_softmax changed its input array in place", called="online_softmax(x, 4)",
+             hint="work on a copy, or write results into a new array")

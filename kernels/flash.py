@@ -1,0 +1,538 @@
+"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask.
+
+Shapes: q [B, H, Sq, D], k and v [B, H, Sk, D], any strides (a tensor whose last dimension
+is not contiguous is copied once). D is a power of two from 16 to 256.
+
+Forward (one program per (query block, batch*head)):
+    Q_i [BLOCK_M, D] stays in registers; K_j, V_j [BLOCK_N, D] stream past it.
+    s = Q_i K_j^T * scale * log2(e)            # base-2 scores, [BLOCK_M, BLOCK_N]
+    m' = max(m, rowmax s); p = 2^(s - m')       # online softmax with exp2
+    l = 2^(m - m') l + rowsum p; acc = 2^(m - m') acc + p V_j
+    o = acc / l;  lse = (m + log2 l) * ln 2     # the saved statistic, natural log
+  The key loop runs in two stages: blocks every row of the query block sees in full (no
+  mask arithmetic), then the few blocks on the causal diagonal or past the ragged end of K,
+  where scores are masked to -inf.
+
+Causal masking is aligned to the bottom right (FlashAttention >= 2.1): query i sees key j
+iff j <= i + Sk - Sq. A row that sees no key gets o = 0, lse = -inf and zero gradients.
+
+Backward (deterministic: every output element is written by exactly one program):
+    preprocess: delta_i = rowsum(dO_i * O_i) - dlse_i; lse2 = lse * log2(e) (+inf if empty)
+    dK/dV pass: one program per key block, looping over query blocks:
+        p^T = 2^(K Q^T * scale*log2e - lse2);  dV += p^T dO;  dp^T = V dO^T
+        ds^T = p^T (dp^T - delta);  dK += ds^T Q * scale
+    dQ pass: one program per query block, looping over key blocks:
+        p = 2^(Q K^T * scale*log2e - lse2);  dp = dO V^T;  ds = p (dp - delta);  dQ += ds K * scale
+
+Two ways of moving tiles, picked at launch by the constexpr USE_TMA:
+  * tensor descriptors built in the kernel (tl.make_tensor_descriptor): on Hopper they
+    lower to TMA bulk copies; out-of-range rows read as zero and are never written.
+  * plain pointer arithmetic with masked loads: any CUDA GPU, odd alignments.
+Both run under TRITON_INTERPRET=1 (tl.make_block_ptr does not, on Triton 3.9).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@triton.jit
+def _tile_source(base, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
+    """A descriptor over one head's [n_rows, D] matrix, or its base pointer."""
+    if USE_TMA:
+        return tl.make_tensor_descriptor(base, shape=[n_rows, D], strides=[stride_row, 1], block_shape=[BLOCK, D])
+    else:
+        return base
+
+
+@triton.jit
+def _load_rows(src, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows [row0, row0 + BLOCK) of one head, zeros past n_rows. -> [BLOCK, D]"""
+    if USE_TMA:
+        return src.load([row0, 0])
+    else:
+        rows = row0 + tl.arange(0, BLOCK)
+        ptrs = src + rows[:, None] * stride_row + tl.arange(0, D)[None, :]
+        return tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+
+
+@triton.jit
+def _store_rows(dst, row0, n_rows, stride_row, x, BLOCK: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
+    """Write x [BLOCK, D] to rows [row0, row0 + BLOCK), dropping rows past n_rows."""
+    if USE_TMA:
+        dst.store([row0, 0], x)
+    else:
+        rows = row0 + tl.arange(0, BLOCK)
+        ptrs = dst + rows[:, None] * stride_row + tl.arange(0, D)[None, :]
+        tl.store(ptrs, x, mask=rows[:, None] < n_rows)
+
+
+# --------------------------------------------------------------------------- forward
+
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
+               BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+               USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+        k = _load_rows(k_src, start_n, SK, sks, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
+        qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N], fp32
+        if MASKED:
+            cols = start_n + tl.arange(0, BLOCK_N)
+            keep = cols[None, :] < SK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows_shifted[:, None])
+            s = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # a row with every key masked so far keeps m = -inf; subtract 0 instead of -inf
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_sub[:, None])
+            alpha = tl.math.exp2(m_i - m_sub)
+        else:
+            # scale > 0, so max(qk) * scale = max(qk * scale); the FMA below does the rest
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, O, LSE,
+                sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
+                H, SQ, SK, qk_scale,
+                D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # heavy (late) query blocks first, so the short ones fill the tail of the grid
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
+    b = off_hz // H
+    h = off_hz % H
+    start_m = pid_m * BLOCK_M
+
+    q_src = _tile_source(Q + b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, USE_TMA)
+    k_src = _tile_source(K + b * skb + h * skh, SK, sks, BLOCK_N, D, USE_TMA)
+    v_src = _tile_source(V + b * svb + h * svh, SK, svs, BLOCK_N, D, USE_TMA)
+    o_src = _tile_source(O + b * sob + h * soh, SQ, sos, BLOCK_M, D, USE_TMA)
+
+    rows = start_m + tl.arange(0, BLOCK_M)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    q = _load_rows(q_src, start_m, SQ, sqs, BLOCK_M, D, USE_TMA)  # [BLOCK_M, D]
+
+    if CAUSAL:
+        shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
+        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
+        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    else:
+        shift = 0
+        full_end = SK // BLOCK_N * BLOCK_N
+        diag_end = SK
+    rows_shifted = rows + shift
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, 0, full_end, rows_shifted,
+                               qk_scale, BLOCK_N, D, False, CAUSAL, USE_TMA, WARP_SPEC)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, full_end, diag_end, rows_shifted,
+                               qk_scale, BLOCK_N, D, True, CAUSAL, USE_TMA, False)
+
+    empty = l_i == 0.0  # rows that saw no key
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
+    tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
+    _store_rows(o_src, start_m, SQ, sos, o.to(O.dtype.element_ty), BLOCK_M, D, USE_TMA)
+
+
+# --------------------------------------------------------------------------- backward
+
+
+@triton.jit
+def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
+                     sob, soh, sos, sdob, sdoh, sdos, H, SQ,
+                     D: tl.constexpr, BLOCK_M: tl.constexpr, HAS_DLSE: tl.constexpr):
+    """delta = rowsum(dO * O) - dlse and the base-2 LSE (+inf for empty rows), [B*H, SQ] each."""
+    pid_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    b = off_hz // H
+    h = off_hz % H
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D)
+    in_seq = rows < SQ
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sos + cols[None, :], mask=in_seq[:, None], other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdos + cols[None, :], mask=in_seq[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    if HAS_DLSE:
+        delta -= tl.load(DLSE + off_hz * SQ + rows, mask=in_seq, other=0.0)
+    lse = tl.load(LSE + off_hz * SQ + rows, mask=in_seq, other=0.0)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    tl.store(DELTA + off_hz * SQ + rows, delta, mask=in_seq)
+    tl.store(LSE2 + off_hz * SQ + rows, lse2, mask=in_seq)
+
+
+@triton.jit
+def _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ, lo, hi, cols_shifted, qk_scale,
+                  BLOCK_M: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+    for start_m in tl.range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q = _load_rows(q_src, start_m, SQ, sqs, BLOCK_M, D, USE_TMA)  # [BLOCK_M, D]
+        # rows past SQ: lse2 = +inf makes p = 0 there
+        lse2 = tl.load(LSE2 + rows, mask=rows < SQ, other=float("inf"))
+        qkT = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
+        pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        if MASKED:
+            # causal: key j is seen by row i iff j - shift <= i
+            pT = tl.where(cols_shifted[:, None] <= rows[None, :], pT, 0.0)
+        do = _load_rows(do_src, start_m, SQ, sdos, BLOCK_M, D, USE_TMA)  # [BLOCK_M, D]
+        dv = tl.dot(pT.to(do.dtype), do, dv)
+        delta = tl.load(DELTA + rows, mask=rows < SQ, other=0.0)
+        dpT = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
+                   sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
+                   sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
+                   H, SQ, SK, sm_scale, qk_scale,
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                   USE_TMA: tl.constexpr):
+    pid_n = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    b = off_hz // H
+    h = off_hz % H
+    start_n = pid_n * BLOCK_N
+
+    k_src = _tile_source(K + b * skb + h * skh, SK, sks, BLOCK_N, D, USE_TMA)
+    v_src = _tile_source(V + b * svb + h * svh, SK, svs, BLOCK_N, D, USE_TMA)
+    q_src = _tile_source(Q + b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, USE_TMA)
+    do_src = _tile_source(DO + b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, USE_TMA)
+    dk_src = _tile_source(DK + b * sdkb + h * sdkh, SK, sdks, BLOCK_N, D, USE_TMA)
+    dv_src = _tile_source(DV + b * sdvb + h * sdvh, SK, sdvs, BLOCK_N, D, USE_TMA)
+
+    k = _load_rows(k_src, start_n, SK, sks, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
+    v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
+    LSE2 += off_hz * SQ
+    DELTA += off_hz * SQ
+
+    if CAUSAL:
+        shift = SK - SQ
+        # first query row that sees key start_n, and first row that sees the whole key block
+        diag_lo = tl.maximum(start_n - shift, 0) // BLOCK_M * BLOCK_M
+        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - shift, 0), BLOCK_M) * BLOCK_M
+        full_lo = tl.maximum(full_lo, diag_lo)
+        cols_shifted = start_n + tl.arange(0, BLOCK_N) - shift
+        dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ,
+                               diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale, BLOCK_M, D, True, USE_TMA)
+    else:
+        full_lo = 0
+        cols_shifted = start_n + tl.arange(0, BLOCK_N)
+    dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ,
+                           full_lo, SQ, cols_shifted, qk_scale, BLOCK_M, D, False, USE_TMA)
+
+    _store_rows(dv_src, start_n, SK, sdvs, dv.to(DV.dtype.element_ty), BLOCK_N, D, USE_TMA)
+    dk *= sm_scale
+    _store_rows(dk_src, start_n, SK, sdks, dk.to(DK.dtype.element_ty), BLOCK_N, D, USE_TMA)
+
+
+@triton.jit
+def _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
+                 BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 USE_TMA: tl.constexpr):
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        k = _load_rows(k_src, start_n, SK, sks, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
+        v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)
+        qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            # keys past SK must go: p there is not small, and ds * k = p * 0 may overflow to inf * 0
+            cols = start_n + tl.arange(0, BLOCK_N)
+            keep = cols[None, :] < SK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows_shifted[:, None])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
+                  sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
+                  H, SQ, SK, sm_scale, qk_scale,
+                  D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                  USE_TMA: tl.constexpr):
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
+    b = off_hz // H
+    h = off_hz % H
+    start_m = pid_m * BLOCK_M
+
+    q_src = _tile_source(Q + b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, USE_TMA)
+    do_src = _tile_source(DO + b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, USE_TMA)
+    dq_src = _tile_source(DQ + b * sdqb + h * sdqh, SQ, sdqs, BLOCK_M, D, USE_TMA)
+    k_src = _tile_source(K + b * skb + h * skh, SK, sks, BLOCK_N, D, USE_TMA)
+    v_src = _tile_source(V + b * svb + h * svh, SK, svs, BLOCK_N, D, USE_TMA)
+
+    rows = start_m + tl.arange(0, BLOCK_M)
+    q = _load_rows(q_src, start_m, SQ, sqs, BLOCK_M, D, USE_TMA)
+    do = _load_rows(do_src, start_m, SQ, sdos, BLOCK_M, D, USE_TMA)
+    lse2 = tl.load(LSE2 + off_hz * SQ + rows, mask=rows < SQ, other=float("inf"))
+    delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
+    dq = tl.zeros([BLOCK_M, D], tl.float32)
+
+    if CAUSAL:
+        shift = SK - SQ
+        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
+        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    else:
+        shift = 0
+        full_end = SK // BLOCK_N * BLOCK_N
+        diag_end = SK
+    rows_shifted = rows + shift
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, sks, svs, SK, 0, full_end, rows_shifted,
+                      qk_scale, BLOCK_N, D, False, CAUSAL, USE_TMA)
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, sks, svs, SK, full_end, diag_end, rows_shifted,
+                      qk_scale, BLOCK_N, D, True, CAUSAL, USE_TMA)
+    dq *= sm_scale
+    _store_rows(dq_src, start_m, SQ, sdqs, dq.to(DQ.dtype.element_ty), BLOCK_M, D, USE_TMA)
+
+
+# --------------------------------------------------------------------------- launch configs
+#
+# A config is a dict of block sizes plus num_warps / num_stages. On a GPU each kernel picks
+# the fastest of a short candidate list the first time it sees a shape bucket (see
+# kernels/NOTES.md for how the lists were chosen); under the interpreter small fixed blocks
+# are used, deliberately unequal so that ragged and diagonal logic is exercised.
+
+INTERPRET_CONFIGS = {
+    "fwd": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1, WARP_SPEC=False),
+    "bwd_kv": dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
+    "bwd_q": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
+}
+
+
+def _c(bm, bn, w, s, **extra):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, **extra)
+
+
+def _candidates(kind: str, d: int) -> list[dict]:
+    """Candidate configs for head dim d on a Hopper-class GPU (first is the default)."""
+    if kind == "fwd":
+        if d <= 64:
+            return [_c(128, 128, 8, 3, WARP_SPEC=False), _c(128, 64, 4, 3, WARP_SPEC=False),
+                    _c(128, 128, 4, 3, WARP_SPEC=False), _c(128, 128, 8, 3, WARP_SPEC=True)]
+        if d <= 128:
+            return [_c(128, 128, 8, 2, WARP_SPEC=False), _c(128, 64, 8, 3, WARP_SPEC=False),
+                    _c(128, 64, 4, 3, WARP_SPEC=False), _c(128, 128, 8, 2, WARP_SPEC=True)]
+        return [_c(64, 64, 4, 2, WARP_SPEC=False), _c(128, 64, 8, 2, WARP_SPEC=False)]
+    if kind == "bwd_kv":
+        if d <= 64:
+            return [_c(64, 128, 8, 3), _c(32, 128, 4, 3), _c(64, 128, 4, 3)]
+        if d <= 128:
+            return [_c(64, 128, 8, 2), _c(32, 128, 4, 3), _c(64, 64, 4, 3)]
+        return [_c(32, 64, 4, 2), _c(64, 64, 8, 2)]
+    if kind == "bwd_q":
+        if d <= 64:
+            return [_c(128, 64, 8, 3), _c(128, 32, 4, 3), _c(64, 64, 4, 3)]
+        if d <= 128:
+            return [_c(128, 64, 8, 2), _c(128, 32, 4, 3), _c(64, 64, 4, 3)]
+        return [_c(64, 32, 4, 2), _c(64, 64, 8, 2)]
+    raise ValueError(kind)
+
+
+# Tests and the benchmark may pin configs: {"fwd": {...}, ...}. Empty means tune.
+FORCED_CONFIGS: dict[str, dict] = {}
+_TUNED: dict[tuple, dict] = {}
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple) -> None:
+    """Launch kernel with a pinned, cached or freshly tuned config for this shape bucket."""
+    if kind in FORCED_CONFIGS:
+        cfg = FORCED_CONFIGS[kind]
+    elif _interpreting():
+        cfg = INTERPRET_CONFIGS[kind]
+    elif os.environ.get("DRILL_FLASH_TUNE", "1") == "0":
+        cfg = _candidates(kind, const["D"])[0]
+    else:
+        cfg = _TUNED.get((kind,) + key)
+        if cfg is None:
+            cfg = _tune(kind, kernel, grid_fn, args, const)
+            _TUNED[(kind,) + key] = cfg
+    _run(kernel, grid_fn, args, const, cfg)
+
+
+def _run(kernel, grid_fn, args, const, cfg):
+    meta = {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
+    grid = grid_fn(meta)
+    kernel[grid](*args, **const, **meta, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+
+def _tune(kind, kernel, grid_fn, args, const) -> dict:
+    best, best_ms = None, float("inf")
+    for cfg in _candidates(kind, const["D"]):
+        if not const.get("USE_TMA", True) and cfg.get("WARP_SPEC"):
+            continue
+        try:
+            ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg), warmup=5, rep=20)
+        except Exception:  # a config that does not compile or fit (shared memory, registers)
+            continue
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    if best is None:
+        raise RuntimeError(f"flash_attention: no {kind} config compiled for {const}")
+    return best
+
+
+def tuned_configs() -> dict:
+    """The configs chosen so far, keyed by (kernel, shape bucket...)."""
+    return {" ".join(map(str, k)): dict(v) for k, v in _TUNED.items()}
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+def _alloc_scratch(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() and not _interpreting() else "cpu")
+
+
+def _tma_ok(*tensors: torch.Tensor) -> bool:
+    """Device tensor descriptors need 16-byte aligned bases and row strides, unit last stride."""
+    if os.environ.get("DRILL_FLASH_TMA", "1") == "0":
+        return False
+    if _interpreting():
+        return True
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
+        return False
+    for t in tensors:
+        es = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _bucket(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 16))
+
+
+def _forward(q, k, v, causal: bool, sm_scale: float):
+    B, H, SQ, D = q.shape
+    SK = k.shape[2]
+    o = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
+    use_tma = _tma_ok(q, k, v)
+    if use_tma:
+        triton.set_allocator(_alloc_scratch)
+    args = (q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+            H, SQ, SK, sm_scale * LOG2E)
+    const = dict(D=D, CAUSAL=causal, USE_TMA=use_tma)
+    grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
+    key = (D, causal, str(q.dtype), use_tma, _bucket(SQ), _bucket(SK))
+    _launch("fwd", _fwd_kernel, grid_fn, args, const, key)
+    return o, lse
+
+
+def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
+    B, H, SQ, D = q.shape
+    SK = k.shape[2]
+    do = _last_dim_contiguous(do)
+    delta = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
+    lse2 = torch.empty_like(delta)
+    if dlse is not None:
+        dlse = dlse.to(torch.float32).contiguous()
+    prep_block = 64 if not _interpreting() else 16
+    _bwd_prep_kernel[(triton.cdiv(SQ, prep_block), B * H)](
+        o, do, lse, dlse if dlse is not None else lse, delta, lse2,
+        *o.stride()[:3], *do.stride()[:3], H, SQ, D=D, BLOCK_M=prep_block, HAS_DLSE=dlse is not None)
+
+    dq = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, H, SK, D), dtype=k.dtype, device=q.device)
+    dv = torch.empty((B, H, SK, D), dtype=v.dtype, device=q.device)
+    use_tma = _tma_ok(q, k, v, do)
+    if use_tma:
+        triton.set_allocator(_alloc_scratch)
+    const = dict(D=D, CAUSAL=causal, USE_TMA=use_tma)
+    key = (D, causal, str(q.dtype), use_tma, _bucket(SQ), _bucket(SK))
+    kv_args = (q, k, v, do, dk, dv, lse2, delta,
+               *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+               *dk.stride()[:3], *dv.stride()[:3], H, SQ, SK, sm_scale, sm_scale * LOG2E)
+    _launch("bwd_kv", _bwd_kv_kernel, lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * H), kv_args, const, key)
+    q_args = (q, k, v, do, dq, lse2, delta,
+              *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+              H, SQ, SK, sm_scale, sm_scale * LOG2E)
+    _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key)
+    return dq, dk, dv
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        o, lse = _forward(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(o)
+        dq, dk, dv = _backward(q, k, v, o, lse, do, dlse, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    sm_scale: float | None = None, return_lse: bool = False):
+    """softmax(q k^T * sm_scale [+ bottom-right causal mask]) v, fused; see the module docstring.
+
+    q [B, H, Sq, D]; k, v [B, H, Sk, D]; fp16, bf16 or fp32 (fp32 runs its matmuls in tf32 on
+    a GPU). Returns o [B, H, Sq, D], or (o, lse) with lse [B, H, Sq] float32 natural-log
+    logsumexp of the scaled scores (-inf for rows that see no key). Differentiable in q, k,
+    v, and through lse too (its gradient folds into delta).
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("flash_attention expects q, k, v of shape [B, H, S, D]")
+    B, H, SQ, D = q.shape
+    if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if D not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head dim {D} not supported (16, 32, 64, 128 or 256)")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError("q, k, v must share one dtype: float16, bfloat16 or float32")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(D)
+    if not sm_scale > 0:
+        raise ValueError("sm_scale must be positive")
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale))
+    return (o, lse) if return_lse else o

@@ -1,0 +1,1 @@
+"""Reference solutions, mirroring exercises/ path for path."""
