@@ -154,7 +154,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
 
     empty = l_i == 0.0  # rows that saw no key
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_i)) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
     _store_rows(o_src, start_m, SQ, sos, o.to(O.dtype.element_ty), BLOCK_M, D, USE_TMA)
 
