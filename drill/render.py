@@ -22,11 +22,16 @@ def report(result: GradeResult, title: str) -> Panel:
         table.add_column(width=1)
         table.add_column()
         table.add_column(justify="right", style="muted")
+        previous = None
         for check in result.checks:
             mark, style = MARKS.get(check.status, ("?", "muted"))
             table.add_row(Text(mark, style=style), Text(check.name), f"{check.seconds:.2f}s")
-            if check.status in ("fail", "timeout", "skip") and check.message:
-                table.add_row("", _diagnosis(check.message, check.status), "")
+            if check.status in ("fail", "timeout", "skip", "not-run") and check.message:
+                # A stub fails every check the same way: say it once.
+                same = check.message == previous
+                table.add_row("", Text("(same as above)", style="muted") if same
+                              else _diagnosis(check.message, check.status), "")
+                previous = check.message
         parts.append(table)
     summary_style = {"pass": "pass", "fail": "fail"}.get(result.status, "error")
     parts.append(Text(""))

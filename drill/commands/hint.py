@@ -1,0 +1,41 @@
+"""drill hint [EXERCISE]: reveal hints one at a time."""
+
+from __future__ import annotations
+
+import click
+from rich.panel import Panel
+
+from drill import exitcodes, progress
+from drill.console import console, fail_line
+from drill.store import Store
+
+
+@click.command(name="hint")
+@click.argument("exercise", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Show every hint revealed so far again.")
+def command(exercise: str | None, show_all: bool) -> None:
+    """Reveal the next hint for EXERCISE (default: the current exercise)."""
+    with Store() as store:
+        ex = progress.resolve(exercise) if exercise else progress.current(store, store.get_setting("topic"))
+        if ex is None:
+            if exercise:
+                fail_line(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
+            else:
+                fail_line("every exercise is passed: there is no current exercise; name one")
+            raise SystemExit(exitcodes.CANNOT)
+        if not ex.hints:
+            fail_line(f"{ex.id} has no hints")
+            raise SystemExit(exitcodes.CANNOT)
+        seen = store.hints_revealed(ex.key)
+        if not show_all and seen < len(ex.hints):
+            seen += 1
+            store.set_hints_revealed(ex.key, seen)
+        if seen == 0:
+            console.print(f"No hints revealed yet: run [accent]drill hint {ex.id}[/accent].")
+        for number in range(1, seen + 1) if show_all else range(seen, seen + 1):
+            console.print(Panel(ex.hints[number - 1],
+                                title=f"[accent]hint {number} of {len(ex.hints)}[/accent] · {ex.id}",
+                                title_align="left"))
+        if seen >= len(ex.hints):
+            console.print(f"That was the last hint. After a pass, [accent]drill solution {ex.id}[/accent] "
+                          "shows the reference.", style="muted")

@@ -1,0 +1,32 @@
+"""drill solution EXERCISE: the reference solution, once the exercise is passed."""
+
+from __future__ import annotations
+
+import click
+from rich.syntax import Syntax
+
+from drill import exitcodes, progress
+from drill.console import console, fail_line
+from drill.store import Store
+
+
+@click.command(name="solution")
+@click.argument("exercise")
+@click.option("--force", is_flag=True, help="Show it even though you have not passed yet.")
+def command(exercise: str, force: bool) -> None:
+    """Show the reference solution of EXERCISE (after you pass it, or with --force)."""
+    ex = progress.resolve(exercise)
+    if ex is None:
+        fail_line(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
+        raise SystemExit(exitcodes.CANNOT)
+    with Store() as store:
+        passed = store.passed(ex.key)
+    if not passed and not force:
+        fail_line(f"you have not passed {ex.id} yet; the solution opens after a pass. "
+                  f"Try `drill hint {ex.id}`, or `drill solution {ex.id} --force` to see it anyway.")
+        raise SystemExit(exitcodes.CANNOT)
+    if not passed:
+        console.print("[warn]Showing the solution before you have passed: reading it now makes the "
+                      "exercise much less useful.[/warn]")
+    console.print(Syntax(ex.solution_path.read_text(encoding="utf-8"), "python", line_numbers=True,
+                         word_wrap=True))

@@ -1,0 +1,186 @@
+"""Hidden checks for 02_tiling_shapes.py."""
+
+import math
+
+import pytest
+
+from drill.grader.expect import Call, fail, show
+
+KEYS = ("Q_i", "K_j", "V_j", "S_ij", "P_ij", "O_i", "m_i", "l_i", "L")
+
+# (M in elements, d): ragged M (not a multiple of 4d) included; M = 116736 is an
+# H100/H200-sized 228 KB of shared memory holding 2-byte elements.
+SRAM_GRID = [(16384, 64), (116736, 128), (116736, 64), (100000, 128), (1000, 64), (4096, 32), (65537, 16),
+             (12, 1), (2048, 256)]
+SHAPE_GRID = [(1024, 64, 128, 64), (1000, 64, 64, 64), (100, 128, 128, 32), (7, 16, 16, 16), (4097, 32, 48, 80),
+              (1, 8, 4, 4)]
+SHAPE_PARAMS = [pytest.param(*v, id=f"s={v[0]} d={v[1]} Br={v[2]} Bc={v[3]}") for v in SHAPE_GRID]
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def _ints(value, n, call):
+    try:
+        items = tuple(value)
+    except TypeError:
+        fail(f"{call} must return {n} integers", called=str(call), got=show(value))
+    if len(items) != n or not all(isinstance(v, int) or (hasattr(v, "__index__") and not isinstance(v, bool)) for v in items):
+        fail(f"{call} must return a tuple of {n} integers", called=str(call), got=show(value),
+             hint="use integer arithmetic (// and -(-a // b)); math.ceil on a float returns an int too, "
+                  "but a float division can round wrong for large sizes")
+    return tuple(int(v) for v in items)
+
+
+def test_block_sizes(sub):
+    """Br and Bc from the SRAM size, ragged M included"""
+    for M, d in SRAM_GRID:
+        call = Call("block_sizes", f"M={M}, d={d}")
+        got = _ints(sub.block_sizes(M, d), 2, call)
+        bc = _ceil(M, 4 * d)
+        want = (min(bc, d), bc)
+        if got == want:
+            continue
+        floor = (min(M // (4 * d), d), M // (4 * d))
+        hint = ""
+        if got == floor:
+            hint = "floor instead of ceil: Bc = ceil(M / (4d))"
+        elif got == want[::-1]:
+            hint = "Br and Bc are swapped: the function returns (Br, Bc), and Br is the one capped at d"
+        elif got == (bc, bc):
+            hint = "Br must be capped at d: Br = min(ceil(M / (4d)), d)"
+        fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {want}", hint=hint)
+
+
+@pytest.mark.parametrize("s", [1, 64, 100, 1000, 4097], ids=lambda s: f"s={s}")
+def test_num_blocks(sub, s):
+    """Block counts cover a ragged sequence"""
+    for Br, Bc in ((64, 64), (128, 32), (48, 80), (1, 7)):
+        call = Call("num_blocks", f"s={s}, Br={Br}, Bc={Bc}")
+        got = _ints(sub.num_blocks(s, Br, Bc), 2, call)
+        want = (_ceil(s, Br), _ceil(s, Bc))
+        if got != want:
+            hint = ""
+            if got == (s // Br, s // Bc):
+                hint = "floor division drops the last, partial block: use ceiling division"
+            elif got == want[::-1]:
+                hint = "Tr counts Q blocks (of Br rows) and Tc counts K/V blocks (of Bc rows)"
+            fail("wrong number of blocks", called=str(call), got=f"(Tr, Tc) = {got}", expected=f"(Tr, Tc) = {want}",
+                 hint=hint)
+
+
+def _expected_shapes(s, d, Br, Bc):
+    return {"Q_i": (Br, d), "K_j": (Bc, d), "V_j": (Bc, d), "S_ij": (Br, Bc), "P_ij": (Br, Bc),
+            "O_i": (Br, d), "m_i": (Br,), "l_i": (Br,), "L": (s,)}
+
+
+def _shapes(sub, s, d, Br, Bc):
+    call = Call("tile_shapes", f"s={s}, d={d}, Br={Br}, Bc={Bc}")
+    got = sub.tile_shapes(s, d, Br, Bc)
+    if not isinstance(got, dict):
+        fail(f"{call} must return a dict", called=str(call), got=show(got))
+    missing = [k for k in KEYS if k not in got]
+    if missing:
+        fail(f"missing keys: {', '.join(missing)}", called=str(call), got=f"keys {sorted(got)}",
+             expected=f"keys {list(KEYS)}")
+    return call, got
+
+
+HINTS = {
+    "S_ij": "S_ij = Q_i K_jᵀ is (Br, Bc): rows from the Q block, columns from the K block; yours looks transposed",
+    "P_ij": "P_ij has the shape of S_ij, (Br, Bc)",
+    "Q_i": "Q_i holds Br query rows of d numbers each",
+    "O_i": "O_i accumulates the output for the Br rows of Q_i: (Br, d)",
+    "K_j": "K_j and V_j hold Bc rows of d numbers each",
+    "V_j": "K_j and V_j hold Bc rows of d numbers each",
+    "m_i": "the statistics hold one number per query row of the block: (Br,)",
+    "l_i": "the statistics hold one number per query row of the block: (Br,)",
+    "L": "L keeps one logsumexp per row of the whole sequence: (s,)",
+}
+
+
+def _compare_shapes(call, got, want):
+    for key in KEYS:
+        try:
+            value = tuple(int(v) for v in got[key])
+        except (TypeError, ValueError):
+            fail(f"the shape of {key} is not a tuple of ints", called=str(call), got=show(got[key]))
+        if value != want[key]:
+            fail(f"wrong shape for {key}", called=str(call), got=f"{key}: {value}", expected=f"{key}: {want[key]}",
+                 hint=HINTS[key])
+
+
+def test_tile_shapes(sub):
+    """Every tile's shape over a grid of (s, d, Br, Bc)"""
+    for s, d, Br, Bc in SHAPE_GRID:
+        call, got = _shapes(sub, s, d, Br, Bc)
+        _compare_shapes(call, got, _expected_shapes(s, d, Br, Bc))
+
+
+def test_tile_shapes_nominal(sub):
+    """Tiles keep their nominal shape when the sequence is shorter than a block"""
+    call, got = _shapes(sub, 10, 64, 128, 64)
+    want = _expected_shapes(10, 64, 128, 64)
+    for key in ("Q_i", "O_i", "K_j", "S_ij"):
+        value = tuple(got[key]) if not isinstance(got[key], int) else (got[key],)
+        if 10 in value and 10 not in want[key]:
+            fail(f"{key} was clipped to the sequence length", called=str(call), got=f"{key}: {value}",
+                 expected=f"{key}: {want[key]}", hint="report the nominal block shape (Br or Bc), not min(block, s)")
+    _compare_shapes(call, got, want)
+
+
+def _traffic(sub, s, d, Br, Bc):
+    call = Call("hbm_elements", f"s={s}, d={d}, Br={Br}, Bc={Bc}")
+    got = sub.hbm_elements(s, d, Br, Bc)
+    if not isinstance(got, dict) or "standard" not in got or "flash" not in got:
+        fail(f"{call} must return a dict with keys 'standard' and 'flash'", called=str(call), got=show(got))
+    return call, got
+
+
+@pytest.mark.parametrize("s, d, Br, Bc", SHAPE_PARAMS)
+def test_standard_traffic(sub, s, d, Br, Bc):
+    """HBM traffic of standard attention"""
+    call, got = _traffic(sub, s, d, Br, Bc)
+    want = 4 * s * d + 4 * s * s
+    if got["standard"] != want:
+        hint = ""
+        if got["standard"] == 4 * s * d + 2 * s * s:
+            hint = "count S and P both ways: S is written then read, P is written then read (4·s² in all)"
+        elif got["standard"] in (3 * s * d + 4 * s * s, 4 * s * s):
+            hint = "add reading Q, K, V and writing O: 4·s·d"
+        fail("wrong traffic for standard attention", called=str(call), got=str(got["standard"]),
+             expected=f"{want} = 4·s·d + 4·s²", hint=hint)
+
+
+@pytest.mark.parametrize("s, d, Br, Bc", SHAPE_PARAMS)
+def test_flash_traffic(sub, s, d, Br, Bc):
+    """HBM traffic of FlashAttention-2"""
+    call, got = _traffic(sub, s, d, Br, Bc)
+    tr, tc = _ceil(s, Br), _ceil(s, Bc)
+    want = 2 * s * d + 2 * tr * s * d + s
+    if got["flash"] != want:
+        hint = ""
+        if got["flash"] == 2 * s * d + 2 * tc * s * d + s and tc != tr:
+            hint = "K and V are re-read once per Q block: multiply by Tr = ceil(s/Br), not Tc"
+        elif got["flash"] == 2 * s * d + 2 * tr * s * d:
+            hint = "writing L (one logsumexp per row, s elements) is part of the traffic"
+        elif got["flash"] == 2 * s * d + 2 * (s // Br) * s * d + s:
+            hint = "Tr must count the partial last block: ceil(s/Br)"
+        elif got["flash"] == 4 * s * d + s:
+            hint = "K and V are not read once in total: every Q block streams all of K and V again"
+        fail("wrong traffic for FlashAttention-2", called=str(call), got=str(got["flash"]),
+             expected=f"{want} = 2·s·d + 2·Tr·s·d + s (Tr = {tr})", hint=hint)
+
+
+def test_traffic_saving_grows(sub):
+    """FlashAttention moves fewer elements than standard attention once s is large"""
+    ratios = []
+    for s in (1024, 2048, 4096, 8192):
+        _, got = _traffic(sub, s, 64, 128, 128)
+        ratios.append(got["standard"] / got["flash"])
+    if not all(b > a for a, b in zip(ratios, ratios[1:])) or ratios[-1] <= 1:
+        fail("the saving should grow with s", called="hbm_elements(s, 64, 128, 128) for s = 1024 … 8192",
+             got="standard/flash = " + ", ".join(f"{r:.2f}" for r in ratios),
+             expected="a ratio above 1 that grows with s (s² against Tr·s·d)")
+    assert math.isfinite(ratios[-1])
