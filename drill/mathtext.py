@@ -20,6 +20,7 @@ EXTRA_COMMANDS = (
     r"\newcommand\mathrm[1]{#1}",
     r"\newcommand\text[1]{#1}",
     r"\newcommand\texttt[1]{#1}",
+    r"\newcommand\mathrel[1]{#1}",
     r"\newcommand\textsf[1]{#1}",
     # T is transliterated to a superscript when it follows ^.
     r"\newcommand\top{T}",
