@@ -115,13 +115,20 @@ def max_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(_max(_abs(got[fin_w] - want[fin_w])))
 
 
-def close(got, want, call: Call | str, *, atol: float, rtol: float = 0.0, what: str = "the result", hint: str = "") -> None:
-    """Fail unless |got - want| <= atol + rtol*|want| everywhere (inf must match inf exactly)."""
+NAN_HINT = "a block or row with no finite logit produced exp(-inf - (-inf)) = NaN"
+
+
+def close(got, want, call: Call | str, *, atol: float, rtol: float = 0.0, what: str = "the result",
+          hint: str = "", nan_hint: str = "") -> None:
+    """Fail unless |got - want| <= atol + rtol*|want| everywhere (inf must match inf exactly).
+
+    `hint` names the likely mistake for wrong values, `nan_hint` for a NaN in the result.
+    """
     got = _asarray(got, dtype=np.float64)
     want = _asarray(want, dtype=np.float64)
     if got.shape != want.shape:
         fail(f"{what} has the wrong shape", called=str(call), got=f"shape {got.shape}", expected=f"shape {want.shape}")
-    no_nan(got, call, what, hint="a block or row with no finite logit produced exp(-inf - (-inf)) = NaN")
+    no_nan(got, call, what, hint=nan_hint or hint or NAN_HINT)
     fin_w = _isfinite(want)
     bad = (_isfinite(got) != fin_w) | (~fin_w & (got != want))
     both = fin_w & _isfinite(got)
@@ -133,8 +140,8 @@ def close(got, want, call: Call | str, *, atol: float, rtol: float = 0.0, what: 
         fail(
             f"{what} is wrong (largest error {err:.3g}, allowed {atol:g} + {rtol:g}·|expected|)",
             called=str(call),
-            got=f"{show(got)}; at index {where}: {got[where]!r}",
-            expected=f"{show(want)}; at index {where}: {want[where]!r}",
+            got=f"{show(got)}; at index {where}: {float(got[where]):.10g}",
+            expected=f"{show(want)}; at index {where}: {float(want[where]):.10g}",
             hint=hint,
         )
 

@@ -176,7 +176,7 @@ def test_softmax_negative_infinity(sub):
     x = np.array([[-np.inf, -np.inf, 1.0, 2.0, -np.inf], [0.5, -np.inf, -np.inf, -np.inf, 3.0]])
     call, got = _softmax_call(sub, x, 2)
     close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9,
-          hint="a block of only -inf makes exp(-inf - (-inf)) = NaN: skip the rescale when the max is still -inf")
+          nan_hint="a block of only -inf makes exp(-inf - (-inf)) = NaN: skip the rescale while the max is still -inf")
 
 
 def test_softmax_leaves_input_alone(sub, rng):
