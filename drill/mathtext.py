@@ -94,7 +94,9 @@ def _zero_arg_commands() -> frozenset[str]:
     from flatlatex import data
 
     extra = {d.split("{")[0].removeprefix("\\newcommand") for d in EXTRA_COMMANDS if "[" not in d}
-    return frozenset(data.symbols) | frozenset(extra)
+    # Opening delimiters hug what follows (⌈x⌉, not ⌈ x⌉), so their space is dropped.
+    opening = {r"\lceil", r"\lfloor", r"\langle", r"\lvert"}
+    return (frozenset(data.symbols) | frozenset(extra)) - opening
 
 
 def _keep_space_after_commands(tex: str) -> str:
