@@ -1,0 +1,94 @@
+"""drill bench: time the reference Triton kernel (and yours) against PyTorch SDPA on a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from drill import exitcodes
+from drill.console import console, fail_line
+
+
+def _gpu_or_reason() -> str:
+    """'' when a CUDA GPU and Triton are usable, else why not (imports torch lazily)."""
+    try:
+        import torch
+    except ImportError:
+        return "bench needs PyTorch with CUDA (pip install 'mlsys-drill[torch]') and a GPU"
+    if not torch.cuda.is_available():
+        return "bench needs a CUDA GPU and none is visible here; try it on a machine with one"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "bench needs Triton (pip install triton)"
+    return ""
+
+
+def _render(rows: list[dict], title: str) -> None:
+    from rich.table import Table
+
+    from drill.kernels.bench import IMPLS, LABELS
+
+    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
+    table = Table(title=title, caption="TFLOP/s (forward 4·B·H·S²·D, half if causal; backward 2.5×); "
+                                       "ratios are Triton (ours) or yours over the SDPA backend")
+    for col in ["D", "S", "B×H", "mask", "pass"]:
+        table.add_column(col, justify="right" if col in ("D", "S") else "left")
+    for n in present:
+        table.add_column(LABELS[n], justify="right", style="accent" if n in ("ours", "user") else None)
+    ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
+    for k in ratio_keys:
+        table.add_column(k.replace("ours", "ours").replace("user", "yours"), justify="right")
+    for r in rows:
+        cells = [str(r["d"]), str(r["s"]), f"{r['b']}×{r['h']}", "causal" if r["causal"] else "none", r["pass"]]
+        cells += [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "[muted]n/a[/muted]" for n in present]
+        cells += [f"{r[k]:.2f}" if k in r else "—" for k in ratio_keys]
+        table.add_row(*cells)
+    console.print(table)
+    errs = {(n, e) for r in rows for n, e in r["errors"].items()}
+    for n, e in sorted(errs):
+        console.print(f"[muted]{LABELS[n]} could not run some cases: {e}[/muted]", soft_wrap=True)
+
+
+@click.command(name="bench")
+@click.option("--kernel", "kernel_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A Python file defining flash_attention(q, k, v, causal, sm_scale) to time too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@click.option("--quick", is_flag=True, help="One shape (D=128, S=4k), no FlexAttention: under a minute.")
+def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
+    """Time the reference FlashAttention kernel against PyTorch SDPA (cuDNN, FLASH, EFFICIENT)
+    and FlexAttention on this GPU, forward and backward, causal and not.
+
+    Exit code 0: the table was measured; 2: no GPU (or no PyTorch/Triton) here.
+    """
+    reason = _gpu_or_reason()
+    if reason:
+        fail_line(reason)
+        raise SystemExit(exitcodes.CANNOT)
+
+    import torch
+
+    from drill.kernels import bench
+
+    user = None
+    if kernel_file is not None:
+        try:
+            user = bench.load_user_kernel(kernel_file)
+        except Exception as exc:
+            fail_line(f"cannot load {kernel_file}: {type(exc).__name__}: {exc}")
+            raise SystemExit(exitcodes.CANNOT)
+    kw: dict = dict(ds=(128,), seqs=(4096,)) if quick else {}
+    impls = [n for n in bench.IMPLS if not (quick and n == "flex")]
+    log = (lambda line: None) if as_json else (lambda line: console.print(f"[muted]{line}[/muted]", soft_wrap=True))
+    rows = bench.bench_table(impls=impls, user_fn=user, log=log, **kw)
+    if as_json:
+        click.echo(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                               "rows": rows}, indent=1))
+    else:
+        import triton
+
+        _render(rows, f"FlashAttention on {torch.cuda.get_device_name()} "
+                      f"(torch {torch.__version__}, Triton {triton.__version__}, bf16)")
+    raise SystemExit(exitcodes.OK)

@@ -1,0 +1,329 @@
+"""Benchmark: the reference Triton FlashAttention against PyTorch's attention kernels.
+
+Every row times each implementation on the same inputs (one shape, one mask, one pass):
+
+  ours        drill.kernels.flash_attention (this package's Triton kernel)
+  cudnn       F.scaled_dot_product_attention pinned to SDPBackend.CUDNN_ATTENTION
+  flash       ... pinned to SDPBackend.FLASH_ATTENTION (PyTorch's FlashAttention-2)
+  efficient   ... pinned to SDPBackend.EFFICIENT_ATTENTION (memory-efficient, xformers-style)
+  flex        torch.nn.attention.flex_attention.flex_attention under torch.compile
+  user        a user's flash_attention(q, k, v, causal, sm_scale) loaded from a file
+
+TFLOP/s counts 4*B*H*S^2*D for the forward (half of it when causal) and 2.5 times that for
+the backward; times are triton.testing.do_bench medians (L2 flushed between runs). The
+backward is timed alone: autograd.grad on a graph kept from one forward.
+
+Used by kernels/gpu_suite.py and by `drill bench`; run directly with
+`python -m drill.kernels.bench [--quick]`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+IMPLS = ("ours", "cudnn", "flash", "efficient", "flex", "user")
+LABELS = {
+    "ours": "Triton (ours)",
+    "cudnn": "SDPA cuDNN",
+    "flash": "SDPA FLASH",
+    "efficient": "SDPA EFFICIENT",
+    "flex": "FlexAttention",
+    "user": "yours",
+}
+HEADS = {32: 64, 64: 32, 128: 16, 256: 8}  # H * D = 2048: a model width that fills the GPU
+
+
+def flops(b: int, h: int, s: int, d: int, causal: bool, pass_: str) -> float:
+    f = 4.0 * b * h * s * s * d
+    if causal:
+        f /= 2
+    return f * (2.5 if pass_ == "bwd" else 1.0)
+
+
+def load_user_kernel(path: str | Path) -> Callable:
+    """flash_attention(q, k, v, causal, sm_scale) from a Python file."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"drill_user_kernel_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, "flash_attention", None)
+    if not callable(fn):
+        raise AttributeError(f"{path} defines no function flash_attention(q, k, v, causal, sm_scale)")
+    return fn
+
+
+def _implementations(user_fn: Callable | None) -> dict[str, Callable]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from drill.kernels import flash_attention
+
+    def sdpa(backend):
+        def run(q, k, v, causal, scale):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        return run
+
+    impls: dict[str, Callable] = {
+        "ours": lambda q, k, v, causal, scale: flash_attention(q, k, v, causal=causal, sm_scale=scale),
+        "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+        "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
+    }
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        compiled = torch.compile(flex_attention, dynamic=False)
+        masks: dict = {}
+
+        def flex(q, k, v, causal, scale):
+            mask = None
+            if causal:
+                key = (q.shape[2], k.shape[2], str(q.device))
+                if key not in masks:
+                    shift = k.shape[2] - q.shape[2]
+                    masks[key] = create_block_mask(lambda b, h, i, j: j <= i + shift, None, None,
+                                                   q.shape[2], k.shape[2], device=q.device)
+                mask = masks[key]
+            return compiled(q, k, v, block_mask=mask, scale=scale)
+
+        impls["flex"] = flex
+    except Exception:  # older torch: no FlexAttention
+        pass
+    if user_fn is not None:
+        impls["user"] = lambda q, k, v, causal, scale: user_fn(q, k, v, causal, scale)
+    return impls
+
+
+def _median_ms(fn: Callable, warmup: int = 25, rep: int = 100) -> float:
+    import triton
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def _time_impl(fn, q, k, v, causal, scale, pass_, ref_o):
+    """(ms, max |o - ref|) for one implementation; raises if it cannot run."""
+    import torch
+
+    if pass_ == "fwd":
+        with torch.no_grad():
+            o = fn(q, k, v, causal, scale)  # compiles / tunes outside the timed region
+            err = float((o.float() - ref_o).abs().max()) if ref_o is not None else float("nan")
+            ms = _median_ms(lambda: fn(q, k, v, causal, scale))
+        return ms, err
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+    o = fn(qg, kg, vg, causal, scale)
+    do = torch.randn_like(o)
+    torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)  # compile / tune
+    ms = _median_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True))
+    return ms, float("nan")
+
+
+def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
+                passes=("fwd", "bwd"), dtype: str = "bfloat16", impls=IMPLS, user_fn: Callable | None = None,
+                log: Callable[[str], None] = print) -> list[dict]:
+    """Run the table; one dict per (head dim, S, mask, pass) with ms and TFLOP/s per implementation."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    all_impls = _implementations(user_fn)
+    names = [n for n in impls if n in all_impls]
+    rows = []
+    for d in ds:
+        h = HEADS.get(d, max(1, 2048 // d))
+        for s in seqs:
+            b = max(1, tokens // s)
+            gen = torch.Generator(device="cuda").manual_seed(1234 + d + s)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dt, generator=gen) for _ in range(3))
+            scale = 1.0 / math.sqrt(d)
+            for causal in causals:
+                with torch.no_grad(), torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.CUDNN_ATTENTION,
+                                                                     torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+                    ref_o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).float()
+                for pass_ in passes:
+                    row = {"d": d, "s": s, "b": b, "h": h, "causal": causal, "pass": pass_, "dtype": dtype,
+                           "ms": {}, "tflops": {}, "max_err_vs_sdpa": {}, "errors": {}}
+                    fl = flops(b, h, s, d, causal, pass_)
+                    for name in names:
+                        try:
+                            ms, err = _time_impl(all_impls[name], q, k, v, causal, scale, pass_, ref_o)
+                            row["ms"][name] = ms
+                            row["tflops"][name] = fl / ms * 1e-9
+                            if not math.isnan(err):
+                                row["max_err_vs_sdpa"][name] = err
+                        except Exception as exc:  # a backend that does not support the case
+                            row["errors"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                        torch.cuda.synchronize()
+                    t = row["tflops"]
+                    for base in ("cudnn", "flash"):
+                        if "ours" in t and base in t:
+                            row[f"ours/{base}"] = t["ours"] / t[base]
+                        if "user" in t and base in t:
+                            row[f"user/{base}"] = t["user"] / t[base]
+                    rows.append(row)
+                    log(format_row(row, names))
+            del q, k, v
+            torch.cuda.empty_cache()
+    return rows
+
+
+def format_row(row: dict, names) -> str:
+    t = row["tflops"]
+    cells = " ".join(f"{n}={t[n]:.0f}" if n in t else f"{n}=n/a" for n in names)
+    ratios = " ".join(f"{k}={row[k]:.2f}" for k in row if k.startswith(("ours/", "user/")))
+    return (f"D={row['d']} S={row['s']} B={row['b']} H={row['h']} {'causal' if row['causal'] else 'full'} "
+            f"{row['pass']}: {cells} | {ratios}")
+
+
+def to_markdown(rows: list[dict]) -> str:
+    """One markdown table: TFLOP/s per implementation, then our ratios to cuDNN and FLASH."""
+    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
+    head = ["D", "S", "B×H", "mask", "pass"] + [LABELS[n] for n in present]
+    ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
+    head += [k.replace("ours", "ours").replace("/", " / ") for k in ratio_keys]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [str(r["d"]), f"{r['s'] // 1024}k" if r["s"] % 1024 == 0 else str(r["s"]), f"{r['b']}×{r['h']}",
+                 "causal" if r["causal"] else "none", r["pass"]]
+        for n in present:
+            cells.append(f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "—")
+        cells += [f"{r[k]:.2f}" if k in r else "—" for k in ratio_keys]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- config sweep
+
+SWEEP_SPACE = {
+    "fwd": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPEC=ws)
+            for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for st in (2, 3) for ws in (False, True)
+            if not (bm == 64 and w == 8)],
+    "bwd_kv": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+               for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for st in (2, 3)],
+    "bwd_q": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+              for bm in (64, 128) for bn in (32, 64) for w in (4, 8) for st in (2, 3)],
+}
+
+
+def _sweep_case_inputs(d, s, tokens, dtype):
+    import torch
+
+    h = HEADS.get(d, 16)
+    b = max(1, tokens // s)
+    g = torch.Generator(device="cuda").manual_seed(d * 7 + s)
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=getattr(torch, dtype), generator=g) for _ in range(4))
+    return b, h, q, k, v, do
+
+
+def _sweep_call(kind, cfg, d, s, causal, tokens, dtype, time_it: bool):
+    """Run (and optionally time) one kernel kind with one pinned config; returns ms or None."""
+    import torch
+
+    from drill.kernels import flash as fl
+
+    b, h, q, k, v, do = _sweep_case_inputs(d, s, tokens, dtype)
+    scale = 1.0 / math.sqrt(d)
+    fl.FORCED_CONFIGS.clear()
+    fl.FORCED_CONFIGS.update({kk: fl._candidates(kk, d)[0] for kk in ("fwd", "bwd_kv", "bwd_q")})
+    fl.FORCED_CONFIGS[kind] = cfg
+    try:
+        if kind == "fwd":
+            fn = lambda: fl._forward(q, k, v, causal, scale)  # noqa: E731
+        else:
+            o, lse = fl._forward(q, k, v, causal, scale)
+            fn = lambda: fl._backward(q, k, v, o, lse, do, None, causal, scale)  # noqa: E731
+        fn()
+        torch.cuda.synchronize()
+        return _median_ms(fn, 10, 40) if time_it else 0.0
+    finally:
+        fl.FORCED_CONFIGS.clear()
+
+
+def _precompile_worker(jobs):
+    import os
+
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    failed = []
+    for job in jobs:
+        try:
+            _sweep_call(*job, time_it=False)
+        except Exception as exc:
+            failed.append((job, f"{type(exc).__name__}: {str(exc)[:200]}"))
+    return failed
+
+
+def sweep_configs(ds=(64, 128), seqs=(16384,), causals=(False, True), kinds=("fwd", "bwd_kv", "bwd_q"),
+                  tokens=16384, dtype="bfloat16", space=None, workers: int = 12,
+                  log: Callable[[str], None] = print) -> list[dict]:
+    """Time every config of `space` per (kind, D, S, causal). Compiles in parallel processes first."""
+    import multiprocessing as mp
+
+    space = space or SWEEP_SPACE
+    jobs = [(kind, cfg, d, s, causal, tokens, dtype)
+            for kind in kinds for d in ds for causal in causals for cfg in space[kind] for s in seqs[:1]]
+    t0 = time.time()
+    failed: dict = {}
+    if workers > 1:
+        chunks = [jobs[i::workers] for i in range(workers)]
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for fails in pool.map(_precompile_worker, chunks):
+                for job, msg in fails:
+                    failed[json.dumps(job[:2], sort_keys=True) + str(job[2:5])] = msg
+    log(f"sweep: compiled {len(jobs)} variants in {time.time() - t0:.0f}s, {len(failed)} failed")
+    results = []
+    for kind in kinds:
+        for d in ds:
+            for causal in causals:
+                for s in seqs:
+                    timed = []
+                    for cfg in space[kind]:
+                        try:
+                            ms = _sweep_call(kind, cfg, d, s, causal, tokens, dtype, time_it=True)
+                        except Exception as exc:
+                            timed.append({"cfg": cfg, "ms": None, "error": f"{type(exc).__name__}: {str(exc)[:120]}"})
+                            continue
+                        timed.append({"cfg": cfg, "ms": ms})
+                    ok = sorted([t for t in timed if t["ms"] is not None], key=lambda t: t["ms"])
+                    res = {"kind": kind, "d": d, "s": s, "causal": causal, "ranked": ok,
+                           "failed": [t for t in timed if t["ms"] is None]}
+                    results.append(res)
+                    top = ", ".join(f"{_cfg_str(t['cfg'])}={t['ms']:.3f}ms" for t in ok[:4])
+                    log(f"sweep {kind} D={d} S={s} causal={causal}: {top} ({len(res['failed'])} failed)")
+    return results
+
+
+def _cfg_str(cfg: dict) -> str:
+    s = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}w{cfg['num_warps']}s{cfg['num_stages']}"
+    return s + ("ws" if cfg.get("WARP_SPEC") else "")
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="D=128 only, S=4k and 16k")
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--kernel", help="a file defining flash_attention(q, k, v, causal, sm_scale)")
+    ap.add_argument("--json", help="write rows here")
+    a = ap.parse_args(argv)
+    impls = [n for n in IMPLS if not (a.no_flex and n == "flex")]
+    user = load_user_kernel(a.kernel) if a.kernel else None
+    kw = dict(ds=(128,), seqs=(4096, 16384)) if a.quick else {}
+    rows = bench_table(impls=impls, user_fn=user, **kw)
+    print(to_markdown(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Every GPU test and benchmark of the project, in one run: `python kernels/gpu_suite.py`.
+
+The suite is a list of named steps (STEPS below). Each step is a function that takes the
+shared Context, prints as it goes, appends a markdown section to the report and returns a
+StepResult; a step that fails or raises is reported and the next one still runs.
+
+Output under $OUT (default ./gpu-out), kept to a few files because the device tool brings
+back at most eight:
+    report.md     every step's markdown section, in order (tables ready for BENCHMARKS.md)
+    results.json  every step's status, seconds and data
+    pytest.log    the full output of `pytest -m gpu tests`
+    (steps may add one file of their own, e.g. sweep.json)
+
+Usage:
+    python kernels/gpu_suite.py                       # default steps
+    python kernels/gpu_suite.py --steps env,tests     # only these, in this order
+    python kernels/gpu_suite.py --skip flash_bench --no-flex --quick
+
+To add a step: write `def step_name(ctx) -> StepResult`, then add ("name", step_name,
+default_on) to STEPS. Keep heavy imports (torch, triton) inside the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository root
+
+
+@dataclass
+class StepResult:
+    status: str  # "pass" | "fail" | "skip"
+    summary: str  # one line for the final table
+    markdown: str = ""  # section body for report.md
+    data: dict = field(default_factory=dict)  # anything JSON-serialisable
+
+
+@dataclass
+class Context:
+    out: Path
+    args: argparse.Namespace
+    results: dict = field(default_factory=dict)  # step name -> StepResult, as they finish
+
+    def log(self, line: str) -> None:
+        print(line, flush=True)
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def step_env(ctx: Context) -> StepResult:
+    """GPU, driver and library versions: the header every table in BENCHMARKS.md needs."""
+    import torch
+    import triton
+
+    info = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1),
+                    capability=f"{p.major}.{p.minor}", gpus=torch.cuda.device_count())
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        info["nvidia_smi"] = smi.stdout.strip()
+    except Exception as exc:  # no nvidia-smi
+        info["nvidia_smi"] = f"unavailable ({type(exc).__name__})"
+    for k, v in info.items():
+        ctx.log(f"env {k}: {v}")
+    md = "\n".join(f"- {k}: {v}" for k, v in info.items())
+    ok = "gpu" in info
+    return StepResult("pass" if ok else "fail", f"{info.get('gpu', 'no GPU')}, torch {info['torch']}, "
+                      f"Triton {info['triton']}", md, info)
+
+
+def step_tests(ctx: Context) -> StepResult:
+    """`pytest -m gpu tests`: every GPU test of the project (xdist spreads the compiles)."""
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-q", "-rfE", "--no-header", "-p", "no:randomly"]
+    try:
+        import xdist  # noqa: F401
+
+        cmd += ["-n", str(ctx.args.test_workers)]
+    except ImportError:
+        pass
+    ctx.log("tests: " + " ".join(cmd))
+    log_path = ctx.out / "pytest.log"
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        lines = []
+        for line in proc.stdout:
+            log.write(line)
+            lines.append(line.rstrip())
+            if line.startswith(("FAILED", "ERROR", "=")) or "passed" in line or "failed" in line:
+                ctx.log("  " + line.rstrip())
+        rc = proc.wait()
+    tail = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))] + lines[-1:]
+    md = f"`{' '.join(cmd[2:])}` exit {rc} in {time.time() - t0:.0f} s\n\n```\n" + "\n".join(tail[-40:]) + "\n```"
+    # pytest exit 5 = no tests collected: not a failure of the suite
+    return StepResult("pass" if rc in (0, 5) else "fail", lines[-1] if lines else f"exit {rc}", md, {"rc": rc})
+
+
+def step_sweep(ctx: Context) -> StepResult:
+    """Time every launch config of the flash kernels (tuning only; off by default)."""
+    from drill.kernels import bench
+
+    res = bench.sweep_configs(workers=ctx.args.compile_workers, log=ctx.log)
+    (ctx.out / "sweep.json").write_text(json.dumps(res, indent=1))
+    lines = ["| kernel | D | S | causal | best configs (ms) |", "|---|---|---|---|---|"]
+    for r in res:
+        top = ", ".join(f"{bench._cfg_str(t['cfg'])} {t['ms']:.3f}" for t in r["ranked"][:4])
+        lines.append(f"| {r['kind']} | {r['d']} | {r['s']} | {r['causal']} | {top} |")
+    return StepResult("pass", f"{len(res)} cases swept", "\n".join(lines), {})
+
+
+def step_flash_bench(ctx: Context) -> StepResult:
+    """The reference kernel against SDPA (cuDNN, FLASH, EFFICIENT) and FlexAttention."""
+    import torch
+    import triton
+
+    from drill.kernels import bench, flash
+
+    impls = [n for n in bench.IMPLS if not (ctx.args.no_flex and n == "flex")]
+    kw = dict(ds=(128,), seqs=(4096, 16384)) if ctx.args.quick else {}
+    user = bench.load_user_kernel(ctx.args.kernel) if ctx.args.kernel else None
+    rows = bench.bench_table(impls=impls, user_fn=user, log=ctx.log, **kw)
+    table = bench.to_markdown(rows)
+    ctx.log(table)
+    head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}, "
+            f"bf16, B·S = 16384 tokens, H·D = 2048 (H = {bench.HEADS[64]} at D = 64, {bench.HEADS[128]} at D = 128); "
+            f"TFLOP/s from do_bench medians.")
+    chosen = flash.tuned_configs()
+    cfg_md = "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
+    md = f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype tma Sq-bucket Sk-bucket):\n\n{cfg_md}"
+    ratios = [(r, r.get("ours/cudnn")) for r in rows if r.get("ours/cudnn")]
+    worst = min(ratios, key=lambda x: x[1]) if ratios else None
+    summary = f"{len(rows)} rows" + (f"; lowest ours/cuDNN {worst[1]:.2f} (D={worst[0]['d']} S={worst[0]['s']} "
+                                     f"{worst[0]['pass']})" if worst else "")
+    return StepResult("pass", summary, md, {"rows": rows, "configs": chosen})
+
+
+# Extension points for other engineers: ring attention (needs several GPUs) and the user's
+# Triton exercise add their steps here.
+STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
+    ("env", step_env, True),
+    ("tests", step_tests, True),
+    ("sweep", step_sweep, False),
+    ("flash_bench", step_flash_bench, True),
+]
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _ensure_installed() -> None:
+    """drill.kernels exists only once the project is installed (package-dir mapping). A bare
+    device machine has not installed it: do it offline, editable, then start this script again."""
+    probe = subprocess.run([sys.executable, "-c", "import drill.kernels.bench"], cwd=ROOT, capture_output=True)
+    if probe.returncode == 0:
+        return
+    if os.environ.get("DRILL_SUITE_INSTALLED"):
+        sys.exit("drill.kernels is still not importable after installing the project:\n" + probe.stderr.decode())
+    print("installing the project (pip install --no-deps --no-build-isolation -e .)", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-index", "-e", str(ROOT)], check=True)
+    os.environ["DRILL_SUITE_INSTALLED"] = "1"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def run(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Run every GPU test and benchmark; write $OUT/report.md")
+    names = [n for n, _, _ in STEPS]
+    ap.add_argument("--steps", help=f"comma-separated, in order (all: {','.join(names)})")
+    ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
+    ap.add_argument("--quick", action="store_true", help="smaller benchmark (D=128, S=4k and 16k)")
+    ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compiles are slow)")
+    ap.add_argument("--kernel", help="also time a user's flash_attention(q, k, v, causal, sm_scale) from this file")
+    ap.add_argument("--test-workers", type=int, default=8)
+    ap.add_argument("--compile-workers", type=int, default=12)
+    args = ap.parse_args(argv)
+
+    out = Path(os.environ.get("OUT") or "gpu-out")
+    out.mkdir(parents=True, exist_ok=True)
+    _ensure_installed()
+    ctx = Context(out=out, args=args)
+    chosen = args.steps.split(",") if args.steps else [n for n, _, on in STEPS if on]
+    skip = set(filter(None, args.skip.split(",")))
+    table = {n: fn for n, fn, _ in STEPS}
+    report = ["# GPU suite report", ""]
+    record = {}
+    for name in chosen:
+        if name in skip:
+            continue
+        if name not in table:
+            ctx.log(f"== {name}: unknown step (known: {', '.join(names)})")
+            continue
+        ctx.log(f"== {name}")
+        t0 = time.time()
+        try:
+            res = table[name](ctx)
+        except Exception as exc:
+            tb = traceback.format_exc()
+            ctx.log(tb)
+            res = StepResult("fail", f"{type(exc).__name__}: {exc}"[:200], f"```\n{tb[-3000:]}\n```")
+        secs = time.time() - t0
+        ctx.results[name] = res
+        ctx.log(f"== {name}: {res.status} in {secs:.0f}s: {res.summary}")
+        report += [f"## {name} ({res.status}, {secs:.0f} s)", "", res.markdown, ""]
+        record[name] = {"status": res.status, "seconds": round(secs, 1), "summary": res.summary, "data": res.data}
+        # rewrite both files after every step: a run cut short still leaves what it did
+        (out / "report.md").write_text("\n".join(report))
+        (out / "results.json").write_text(json.dumps(record, indent=1, default=str))
+    ctx.log("\n== summary")
+    for name, r in record.items():
+        ctx.log(f"{r['status']:>5}  {name:<14} {r['seconds']:>6.0f}s  {r['summary']}")
+    return 0 if all(r["status"] != "fail" for r in record.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,251 @@
+"""The reference Triton FlashAttention (drill.kernels.flash_attention).
+
+CPU: small float32 shapes under TRITON_INTERPRET=1 against a float64 reference, through
+both tile paths (tensor descriptors and pointer arithmetic).
+GPU (marker `gpu`, run by kernels/gpu_suite.py): fp16/bf16 against an fp32 reference with
+FlashAttention's rule (no more than about twice the error of naive attention computed in
+the same precision), every head dim, causal, ragged, determinism.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from drill.kernels import flash as flash_mod  # noqa: E402
+from drill.kernels import flash_attention  # noqa: E402
+
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+
+
+def reference(q, k, v, causal=False, scale=None, dtype=torch.float64):
+    """Attention with the bottom-right causal mask, in `dtype`; rows with no key give 0 / -inf."""
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        sq, sk = q.shape[-2], k.shape[-2]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+    return p @ v, lse
+
+
+def _grads(fn, q, k, v, do, dlse=None):
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    o, lse = fn(q, k, v)
+    loss = (o.to(torch.float64) * do.to(torch.float64)).sum()
+    if dlse is not None:
+        fin = torch.isfinite(lse)
+        loss = loss + (torch.where(fin, lse, 0).to(torch.float64) * dlse.to(torch.float64)).sum()
+    loss.backward()
+    return o.detach(), lse.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.fixture(params=["tma", "pointers"])
+def tile_path(request, monkeypatch):
+    monkeypatch.setenv("DRILL_FLASH_TMA", "1" if request.param == "tma" else "0")
+    return request.param
+
+
+CPU_CASES = [
+    # B, H, Sq, Sk, D, causal, scale
+    (1, 2, 37, 37, 16, False, None),  # ragged, B*H > 1
+    (2, 1, 48, 48, 32, True, None),  # causal, square, blocks divide
+    (1, 2, 23, 40, 16, True, None),  # Sq < Sk: bottom-right, every row sees a key
+    (2, 1, 40, 23, 32, True, 0.3),  # Sq > Sk: the first 17 rows see no key; custom scale
+    (1, 1, 33, 70, 16, False, 0.5),  # Sq != Sk, not causal
+]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: "B{}H{}q{}k{}d{}{}{}".format(
+    *c[:5], "c" if c[5] else "", "" if c[6] is None else "s"))
+def test_cpu_forward_backward_match_float64(case, tile_path):
+    B, H, SQ, SK, D, causal, scale = case
+    g = torch.Generator().manual_seed(SQ * 1000 + SK)
+    q, k, v = (torch.randn(B, H, n, D, generator=g) for n in (SQ, SK, SK))
+    do = torch.randn(B, H, SQ, D, generator=g)
+    dlse = torch.randn(B, H, SQ, generator=g)
+    got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, sm_scale=scale, return_lse=True),
+                 q, k, v, do, dlse)
+    want = _grads(lambda a, b, c: reference(a, b, c, causal, scale), q, k, v, do, dlse)
+    names = ["o", "lse", "dq", "dk", "dv"]
+    for name, x, y in zip(names, got, want):
+        if name == "lse":
+            assert torch.equal(torch.isinf(x), torch.isinf(y)), "lse must be -inf exactly on rows with no key"
+            x, y = x[torch.isfinite(y)], y[torch.isfinite(y)]
+        err = (x.double() - y.double()).abs().max().item()
+        assert err < (2e-5 if name in ("o", "lse") else 1e-4), f"{name}: max |flash - float64| = {err:.3g}"
+
+
+def test_cpu_rows_with_no_key_give_zero_output_and_gradients(tile_path):
+    # Sq = 20 > Sk = 8 with the bottom-right causal mask: rows 0..11 see no key.
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 2, 20, 16, generator=g, requires_grad=True)
+    k = torch.randn(1, 2, 8, 16, generator=g, requires_grad=True)
+    v = torch.randn(1, 2, 8, 16, generator=g, requires_grad=True)
+    o, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    o.sum().backward()
+    assert torch.equal(o[:, :, :12], torch.zeros_like(o[:, :, :12]))
+    assert bool((lse[:, :, :12] == float("-inf")).all())
+    assert bool(torch.isfinite(lse[:, :, 12:]).all())
+    assert torch.equal(q.grad[:, :, :12], torch.zeros_like(q.grad[:, :, :12]))
+    assert bool(torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all())
+
+
+def test_cpu_non_contiguous_inputs(tile_path):
+    g = torch.Generator().manual_seed(3)
+    B, H, S, D = 2, 3, 21, 16
+    q = torch.randn(B, S, H, D, generator=g).transpose(1, 2)  # [B, H, S, D] view of [B, S, H, D]
+    k = torch.randn(B, H, D, S, generator=g).transpose(2, 3)  # last dim not contiguous: copied
+    v = torch.randn(B, H, 2 * S, D, generator=g)[:, :, ::2]  # every other row
+    o = flash_attention(q, k, v)
+    ref, _ = reference(q, k, v)
+    assert (o.double() - ref).abs().max().item() < 2e-5
+
+
+def test_cpu_default_scale_and_plain_output():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 1, 17, 32, generator=g) for _ in range(3))
+    o = flash_attention(q, k, v)
+    assert isinstance(o, torch.Tensor) and o.shape == q.shape
+    ref, _ = reference(q, k, v, scale=1 / math.sqrt(32))
+    assert (o.double() - ref).abs().max().item() < 2e-5
+
+
+@pytest.mark.parametrize("bad", ["dim", "headdim", "dtype", "scale"])
+def test_cpu_rejects_bad_arguments(bad):
+    q = torch.randn(1, 1, 8, 16)
+    k = v = torch.randn(1, 1, 8, 16)
+    with pytest.raises(ValueError):
+        if bad == "dim":
+            flash_attention(q[0], k[0], v[0])
+        elif bad == "headdim":
+            flash_attention(torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24))
+        elif bad == "dtype":
+            flash_attention(q.double(), k.double(), v.double())
+        else:
+            flash_attention(q, k, v, sm_scale=-1.0)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+def _naive_low_precision(q, k, v, causal, scale):
+    """Plain matmul-softmax-matmul in the inputs' dtype (softmax in fp32, as FlashAttention's tests do)."""
+    sq, sk = q.shape[-2], k.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(q.dtype)
+    return p @ v, torch.zeros(q.shape[:-1], device=q.device)
+
+
+def _fa_rule(name, ours, naive, ref):
+    err = (ours.float() - ref.float()).abs().max().item()
+    base = (naive.float() - ref.float()).abs().max().item()
+    bound = 2 * base + 1e-4 * ref.float().abs().max().item() + 1e-6
+    assert err <= bound, f"{name}: flash error {err:.3g} > 2 x naive {base:.3g} (+ slack)"
+
+
+GPU_CASES = [(d, dt, c) for d in (32, 64, 128, 256) for dt in ("float16", "bfloat16") for c in (False, True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,dtype,causal", GPU_CASES, ids=lambda x: str(x))
+def test_gpu_accuracy_fa_rule(d, dtype, causal, monkeypatch):
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    dt = getattr(torch, dtype)
+    B, H = 2, 3
+    SQ, SK = (1000, 1000) if d <= 128 else (300, 300)
+    if causal:
+        SK = SK + 77  # Sq != Sk: bottom-right alignment in fwd and bwd
+    g = torch.Generator(device="cuda").manual_seed(d + SQ)
+    q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=dt, generator=g) for n in (SQ, SK, SK))
+    do = torch.randn(B, H, SQ, d, device="cuda", dtype=dt, generator=g)
+    scale = 1 / math.sqrt(d)
+    ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
+    for i, name in enumerate(["o", "lse", "dq", "dk", "dv"]):
+        if name == "lse":
+            err = (ours[1] - ref[1]).abs().max().item()
+            assert err < 1e-2, f"lse: max error {err:.3g}"
+            continue
+        _fa_rule(name, ours[i], naive[i], ref[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_backward_is_deterministic(causal, monkeypatch):
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q, k, v = (torch.randn(2, 4, 1536, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    do = torch.randn_like(q)
+    first = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    again = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    for x, y in zip(first, again):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_every_candidate_config_is_correct(d, monkeypatch):
+    """Each config the tuner may pick, on a ragged causal Sq > Sk case (rows with no key)."""
+    g = torch.Generator(device="cuda").manual_seed(d)
+    SQ, SK = 700, 453
+    q = torch.randn(1, 2, SQ, d, device="cuda", dtype=torch.float16, generator=g)
+    k, v = (torch.randn(1, 2, SK, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+    do = torch.randn_like(q)
+    ref = _grads(lambda a, b, c: reference(a, b, c, True, None, dtype=torch.float32), q, k, v, do)
+    kinds = ("fwd", "bwd_kv", "bwd_q")
+    n = max(len(flash_mod._candidates(kind, d)) for kind in kinds)
+    for i in range(n):
+        pinned = {kind: flash_mod._candidates(kind, d)[min(i, len(flash_mod._candidates(kind, d)) - 1)]
+                  for kind in kinds}
+        monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", pinned)
+        got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+        for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], got, ref):
+            fin = torch.isfinite(y)
+            assert torch.equal(torch.isfinite(x), fin) or name != "lse"
+            err = (x.float()[fin] - y.float()[fin]).abs().max().item()
+            assert err < 2e-2 * max(1.0, y.float()[fin].abs().max().item()), f"{pinned}: {name} error {err:.3g}"
+        assert torch.equal(got[0][:, :, : SQ - SK], torch.zeros_like(got[0][:, :, : SQ - SK]))
+
+
+@pytest.mark.gpu
+def test_gpu_pointer_path_matches_tma_path(monkeypatch):
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    g = torch.Generator(device="cuda").manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 517, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    do = torch.randn_like(q)
+    fn = lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True)  # noqa: E731
+    monkeypatch.setenv("DRILL_FLASH_TMA", "1")
+    tma = _grads(fn, q, k, v, do)
+    monkeypatch.setenv("DRILL_FLASH_TMA", "0")
+    ptr = _grads(fn, q, k, v, do)
+    for x, y in zip(tma, ptr):
+        assert (x.float() - y.float()).abs().max().item() < 2e-2
+
+
+@pytest.mark.gpu
+def test_gpu_non_contiguous_and_fp32(monkeypatch):
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    g = torch.Generator(device="cuda").manual_seed(4)
+    q = torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.float16, generator=g).transpose(1, 2)
+    k = torch.randn(2, 4, 64, 300, device="cuda", dtype=torch.float16, generator=g).transpose(2, 3)
+    v = torch.randn(2, 4, 300, 64, device="cuda", dtype=torch.float16, generator=g)
+    o = flash_attention(q, k, v, causal=True)
+    ref, _ = reference(q, k, v, True, dtype=torch.float32)
+    assert (o.float() - ref).abs().max().item() < 5e-3
+    o32 = flash_attention(q.float(), k.float(), v.float(), causal=True)  # tf32 matmuls
+    assert (o32 - ref).abs().max().item() < 5e-3
