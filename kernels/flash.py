@@ -39,6 +39,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+import triton.runtime.errors
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -385,7 +386,17 @@ def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple) ->
         if cfg is None:
             cfg = _tune(kind, kernel, grid_fn, args, const)
             _TUNED[(kind,) + key] = cfg
-    _run(kernel, grid_fn, args, const, cfg)
+    if kind in FORCED_CONFIGS or _interpreting():
+        _run(kernel, grid_fn, args, const, cfg)
+        return
+    # the default may not fit (fp32 tiles need twice the shared memory): fall back in order
+    for i, c in enumerate([cfg] + _candidates(kind, const["D"])):
+        try:
+            _run(kernel, grid_fn, args, const, c)
+            return
+        except triton.runtime.errors.OutOfResources:
+            if i == len(_candidates(kind, const["D"])):
+                raise
 
 
 def _run(kernel, grid_fn, args, const, cfg):
