@@ -6,6 +6,7 @@ and its failure is turned into a message written for the learner.
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import time
@@ -15,6 +16,8 @@ import pytest
 
 from drill.grader import submission
 from drill.grader.expect import CheckFailure
+from drill.grader.result import TOO_MUCH_OUTPUT
+
 
 OUTPUT_LIMIT = 2000
 
@@ -50,6 +53,8 @@ def explain(excinfo: pytest.ExceptionInfo, limit_s: float, memory_mb: int) -> tu
             "is something building a huge array, such as a full sq×sk matrix?",
             {},
         )
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return (TOO_MUCH_OUTPUT, {})
     if isinstance(exc, SystemExit):
         return (f"your code called sys.exit({exc.code!r}) inside a check{_user_line(excinfo)}", {})
     where = _user_line(excinfo)

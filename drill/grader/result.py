@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 
 SCHEMA_VERSION = 1
 
+# The runner caps file size (RLIMIT_FSIZE); Python ignores SIGXFSZ, so a write past it raises EFBIG.
+TOO_MUCH_OUTPUT = "your code printed more than 64 MB; the grader stopped it (a print inside a loop?)"
+
 
 @dataclass
 class CheckResult:

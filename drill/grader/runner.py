@@ -117,9 +117,6 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
             f"after {len(checks)} of {collected or '?'} checks" if checks else "in the first check")
         result.message = f"timed out after {timeout:g} s {phase}: an infinite loop, or far too slow?"
         return result
-    if returncode == -signal.SIGXFSZ:
-        result.message = f"your code printed more than {OUTPUT_LIMIT_BYTES // 2**20} MB; the grader stopped it"
-        return result
     if done is None or done.get("nonce") != nonce:
         how = f"signal {-returncode}" if returncode is not None and returncode < 0 else f"exit status {returncode}"
         phase = "while importing your file" if "loaded" not in kinds else "during the checks"

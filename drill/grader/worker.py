@@ -10,11 +10,15 @@ usage: python -m drill.grader.worker USER_FILE CHECKS_FILE EVENTS_FILE FUNCTIONS
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
 import sys
 import traceback
+
+from drill.grader.result import TOO_MUCH_OUTPUT
+
 
 
 def load_error_message(exc: BaseException, user_file: str) -> str:
@@ -23,6 +27,8 @@ def load_error_message(exc: BaseException, user_file: str) -> str:
         return f"syntax error in your file, line {exc.lineno}: {exc.msg}"
     if isinstance(exc, ModuleNotFoundError):
         return f"your file imports {exc.name!r}, which is not installed here"
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return TOO_MUCH_OUTPUT
     if isinstance(exc, SystemExit):
         return "your file called sys.exit() while being imported; keep top-level code to definitions"
     line = None

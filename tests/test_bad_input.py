@@ -1,0 +1,119 @@
+"""Bad submissions get a one-line reason and exit code 1 or 2, never a traceback or a false pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HEADER = "# drill: flashattention/online-softmax\nimport numpy as np\n"
+GOOD = Path(__file__).resolve().parent.parent / "solutions" / "flashattention" / "01_online_softmax.py"
+
+
+def drill(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "drill", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def check_json(path: Path, *extra):
+    proc = drill("check", str(path), "--json", *extra)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)  # stdout is exactly one JSON document
+    return proc.returncode, doc
+
+
+def write(tmp_path: Path, body: str, name="01_online_softmax.py") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+CASES = {
+    "syntax error": (HEADER + "def online_softmax(x, block_size:\n", 2, "syntax error"),
+    "missing function": (HEADER + "def online_softmax(x, block_size):\n    return x\n", 2,
+                         "missing function: online_softmax_update"),
+    "missing module": ("# drill: flashattention/online-softmax\nimport numpyy\n", 2, "'numpyy', which is not installed"),
+    "raises at import": (HEADER + "raise RuntimeError('boom')\n", 2, "RuntimeError at line 3"),
+    "sys.exit at import": (HEADER + "import sys\nsys.exit(0)\n", 2, "sys.exit"),
+    "os._exit in a check": (GOOD.read_text().replace('    """Softmax along the last axis, statistics streamed block by block."""',
+                                                     '    import os; os._exit(0)'), 2, "ended early"),
+    "function raises": (GOOD.read_text().replace('    m_new = max(m, float(block.max())) if block.size else m',
+                                                 '    m_new = 1 / 0'), 1, "ZeroDivisionError"),
+    "wrong return type": (GOOD.read_text().replace('    return p.reshape(x.shape)', '    return p.tolist()'),
+                          1, "not a numpy array"),
+    "wrong shape": (GOOD.read_text().replace('    return p.reshape(x.shape)', '    return p.reshape(-1)[:1]'),
+                    1, "wrong shape"),
+    "patches numpy comparisons": (GOOD.read_text().replace('    return p.reshape(x.shape)', '    return p.reshape(x.shape) * 2')
+                                  + "\nnp.allclose = lambda *a, **k: True\nnp.isclose = lambda *a, **k: True\n"
+                                  "np.testing.assert_allclose = lambda *a, **k: None\n"
+                                  "np.array_equal = lambda *a, **k: True\n", 1, "is wrong"),
+    "huge allocation": (HEADER + "def online_softmax_update(m, l, block):\n    np.ones((1 << 40,))\n"
+                        "def online_softmax(x, block_size):\n    np.ones((1 << 40,))\n", 1, "ran out of memory"),
+    "nan result": (GOOD.read_text().replace('    return p.reshape(x.shape)', '    return p.reshape(x.shape) * np.nan'),
+                   1, "contains NaN"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_bad_submission(case, tmp_path):
+    body, code, phrase = CASES[case]
+    rc, doc = check_json(write(tmp_path, body))
+    assert rc == code, doc
+    assert doc["status"] == ("error" if code == 2 else "fail")
+    text = doc["message"] + " ".join(c["message"] for c in doc["checks"])
+    assert phrase in text, text
+    if code == 2:
+        assert "\n" not in doc["message"]
+
+
+def test_infinite_loop_at_import_times_out(tmp_path):
+    path = write(tmp_path, HEADER + "while True:\n    pass\n")
+    started = time.monotonic()
+    rc, doc = check_json(path, "--timeout", "3")
+    assert rc == 2 and "timed out after 3 s while importing" in doc["message"]
+    assert time.monotonic() - started < 15
+
+
+def test_infinite_loop_in_a_check_times_out(tmp_path):
+    path = write(tmp_path, GOOD.read_text().replace(
+        '    block = np.asarray(block, dtype=np.float64)', '    while True:\n        pass'))
+    rc, doc = check_json(path, "--timeout", "4")
+    assert rc in (1, 2) and doc["status"] != "pass"
+    assert "did not finish" in json.dumps(doc) or "timed out" in doc["message"]
+
+
+def test_huge_output_is_stopped(tmp_path):
+    path = write(tmp_path, HEADER + "import sys\nwhile True:\n    sys.stdout.write('x' * 1000000)\n")
+    rc, doc = check_json(path, "--timeout", "30")
+    assert rc == 2 and "printed more than 64 MB" in doc["message"]
+    assert len(doc["output"]) <= 2000
+
+
+def test_printing_code_keeps_json_clean(tmp_path):
+    body = GOOD.read_text().replace('    """One streaming step: returns (m_new, l_new)."""',
+                                    '    print("debug", m, l)')
+    rc, doc = check_json(write(tmp_path, body))
+    assert rc == 0 and doc["status"] == "pass"
+    assert any("debug" in c["output"] for c in doc["checks"])
+
+
+def test_missing_file_directory_and_non_exercise(tmp_path):
+    proc = drill("check", str(tmp_path / "nope.py"))
+    assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = drill("check", str(tmp_path))
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
+    other = write(tmp_path, "print('hello')\n", name="notes.py")
+    proc = drill("check", str(other))
+    assert proc.returncode == 2 and "not a drill exercise" in proc.stderr
+    rc, doc = check_json(other)
+    assert rc == 2 and doc["status"] == "error" and doc["schema"] == 1
+
+
+def test_user_code_cannot_see_the_database(tmp_path, drill_home):
+    body = GOOD.read_text() + "\nimport os\nassert 'DRILL_HOME' not in os.environ\n"
+    rc, doc = check_json(write(tmp_path, body))
+    assert rc == 0, doc

@@ -1,0 +1,112 @@
+"""The commands, driven as a user drives them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from drill.cli import cli
+from drill.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions" / "flashattention"
+
+
+def run(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_help_lists_the_commands_without_importing_heavy_modules():
+    code = ("import sys, drill.cli\n"
+            "drill.cli.cli.main(['--help'], standalone_mode=False)\n"
+            "heavy = [m for m in ('torch', 'triton', 'numpy', 'fsrs') if m in sys.modules]\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+    for command in ("start", "check", "hint", "solution", "status"):
+        assert command in out
+
+
+def test_start_lays_out_workspace_and_keeps_edits(tmp_path):
+    ws = tmp_path / "ws"
+    code, out = run("start", "flashattention", "--dir", str(ws))
+    assert code == 0 and "HBM" in out and "01_online_softmax.py" in out
+    assert (ws / "01_online_softmax.py").is_file() and (ws / "README.md").is_file()
+    (ws / "01_online_softmax.py").write_text("# drill: flashattention/online-softmax\n# my work\n")
+    code, out = run("start", "flashattention", "--dir", str(ws))
+    assert code == 0 and "kept your edited" in out and "01_online_softmax.py" in out
+    assert "# my work" in (ws / "01_online_softmax.py").read_text()
+
+
+def test_start_unknown_topic_lists_known(tmp_path):
+    code, out = run("start", "cuda-graphs", "--dir", str(tmp_path / "x"))
+    assert code == 2 and "known topics: flashattention" in out
+
+
+def test_check_by_name_inside_workspace_records_progress(tmp_path):
+    ws = tmp_path / "ws"
+    run("start", "flashattention", "--dir", str(ws))
+    code, out = run("check", "01_online_softmax.py", "--json")  # found through the workspace
+    doc = json.loads(out)
+    assert code == 1 and doc["status"] == "fail" and doc["exercise"] == "flashattention/online-softmax"
+    assert {"schema", "exercise", "status", "checks", "message", "seconds"} <= set(doc)
+    assert all({"name", "status", "message", "seconds"} <= set(c) for c in doc["checks"])
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", ws / "01_online_softmax.py")
+    code, out = run("check", str(ws / "01_online_softmax.py"))
+    assert code == 0 and "PASSED" in out and "drill check 02_tiling_shapes.py" in out
+    with Store() as store:
+        assert [a.status for a in store.attempts("flashattention/online-softmax")] == ["fail", "pass"]
+    code, out = run("status", "--json")
+    states = {e["exercise"]: e["state"] for e in json.loads(out)["exercises"]}
+    assert states["flashattention/online-softmax"] == "passed"
+    assert states["flashattention/tiling-shapes"] == "not started"
+    assert json.loads(out)["next"] == "flashattention/tiling-shapes"
+
+
+def test_header_wins_over_file_name(tmp_path):
+    path = tmp_path / "my_attempt.py"
+    shutil.copy(SOLUTIONS / "02_tiling_shapes.py", path)
+    code, out = run("check", str(path), "--json")
+    assert code == 0 and json.loads(out)["exercise"] == "flashattention/tiling-shapes"
+
+
+def test_hints_are_progressive_and_remembered():
+    code, first = run("hint", "online-softmax")
+    assert code == 0 and "hint 1 of 3" in first
+    code, second = run("hint", "online-softmax")
+    assert "hint 2 of 3" in second and "hint 1 of 3" not in second
+    run("hint", "online-softmax")
+    code, again = run("hint", "online-softmax")
+    assert "hint 3 of 3" in again and "last hint" in again
+    code, everything = run("hint", "online-softmax", "--all")
+    assert all(f"hint {n} of 3" in everything for n in (1, 2, 3))
+    code, out = run("hint", "no-such-exercise")
+    assert code == 2 and "unknown exercise" in out
+
+
+def test_hint_without_argument_follows_the_current_exercise():
+    code, out = run("hint")
+    assert code == 0 and "online-softmax" in out
+
+
+def test_solution_is_locked_until_passed(tmp_path):
+    code, out = run("solution", "tiling-shapes")
+    assert code == 2 and "--force" in out
+    code, out = run("solution", "tiling-shapes", "--force")
+    assert code == 0 and "def block_sizes" in out and "before you have passed" in out
+    path = tmp_path / "02_tiling_shapes.py"
+    shutil.copy(SOLUTIONS / "02_tiling_shapes.py", path)
+    run("check", str(path))
+    code, out = run("solution", "tiling-shapes")
+    assert code == 0 and "def block_sizes" in out and "before you have passed" not in out
+
+
+def test_status_before_start_suggests_start():
+    code, out = run("status")
+    assert code == 0 and "not started" in out and "drill start flashattention" in out
