@@ -1,0 +1,215 @@
+"""Float64 attention references and call helpers shared by the NumPy FlashAttention checks.
+
+Not collected by pytest (leading underscore). Everything here builds full sq×sk
+matrices on purpose: it is the yardstick, not an answer to copy.
+"""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+import warnings
+
+import numpy as np
+
+from drill.grader.expect import Call, array, fail, show
+
+# The full score matrix at the memory-check size, and the most a tiled call may hold.
+MEMORY_SIZE = 2048
+FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 32 MiB
+PEAK_LIMIT_BYTES = FULL_SCORES_BYTES // 8  # 4 MiB: a full bool mask (4 MiB) is an sq×sk array too
+
+
+def default_scale(d: int, scale) -> float:
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def visible(sq: int, sk: int, causal: bool, align: str = "bottom-right", shift: int = 0) -> np.ndarray:
+    """Boolean [sq, sk]: may query i see key j?
+
+    align="bottom-right": j <= i + (sk - sq) (the contract); "top-left": j <= i.
+    shift moves the diagonal (shift=-1: strictly below it; shift=+1: one key too many).
+    """
+    if not causal:
+        return np.ones((sq, sk), dtype=bool)
+    offset = (sk - sq if align == "bottom-right" else 0) + shift
+    return np.arange(sk)[None, :] <= np.arange(sq)[:, None] + offset
+
+
+def scores(Q, K, scale, mask) -> np.ndarray:
+    S = (Q @ K.T) * scale
+    return np.where(mask, S, -np.inf)
+
+
+def attention(Q, K, V, causal=False, scale=None, align="bottom-right", shift=0):
+    """(O, L) in float64; rows that see no key give O = 0 and L = -inf."""
+    mask = visible(Q.shape[0], K.shape[0], causal, align, shift)
+    return masked_attention(Q, K, V, default_scale(Q.shape[1], scale), mask)
+
+
+def masked_attention(Q, K, V, s, mask):
+    """(O, L) for an explicit visibility mask [sq, sk] (its columns may cover a prefix of K)."""
+    K, V = K[:mask.shape[1]], V[:mask.shape[1]]
+    S = scores(Q, K, s, mask)
+    m = S.max(axis=1)
+    empty = m == -np.inf
+    m_safe = np.where(empty, 0.0, m)
+    P = np.exp(S - m_safe[:, None])  # exp(-inf) = 0 on masked entries
+    l = P.sum(axis=1)
+    l_safe = np.where(empty, 1.0, l)
+    O = (P @ V) / l_safe[:, None]
+    L = np.where(empty, -np.inf, m_safe + np.log(l_safe))
+    return O, L
+
+
+def tiled_forward(Q, K, V, Br, Bc, causal=False, scale=None, *, rescale_acc=True, rescale_l=True,
+                  drop_ragged_k=False, drop_ragged_q=False):
+    """The FlashAttention-2 loop with switchable mistakes, to name what a user got wrong.
+
+    Returns (O, L, m) where m is the final running max (for the "L = m" mistake).
+    """
+    sq, d = Q.shape
+    sk = K.shape[0]
+    s = default_scale(d, scale)
+    mask = visible(sq, sk, causal)
+    O = np.zeros((sq, V.shape[1]))
+    L = np.full(sq, -np.inf)
+    M = np.full(sq, -np.inf)
+    q_end = (sq // Br) * Br if drop_ragged_q else sq
+    k_end = (sk // Bc) * Bc if drop_ragged_k else sk
+    for i in range(0, q_end, Br):
+        rows = slice(i, min(i + Br, q_end))
+        m = np.full(rows.stop - rows.start, -np.inf)
+        l = np.zeros_like(m)
+        acc = np.zeros((rows.stop - rows.start, V.shape[1]))
+        for j in range(0, k_end, Bc):
+            cols = slice(j, min(j + Bc, k_end))
+            S = scores(Q[rows], K[cols], s, mask[rows, cols])
+            m_new = np.maximum(m, S.max(axis=1))
+            safe = np.where(m_new == -np.inf, 0.0, m_new)
+            alpha = np.exp(m - safe)  # m = -inf -> 0
+            P = np.exp(S - safe[:, None])
+            l = (alpha * l if rescale_l else l) + P.sum(axis=1)
+            acc = (alpha[:, None] * acc if rescale_acc else acc) + P @ V[cols]
+            m = m_new
+        seen = l > 0
+        O[rows] = np.where(seen[:, None], acc / np.where(seen, l, 1.0)[:, None], 0.0)
+        L[rows] = np.where(seen, np.where(seen, m, 0.0) + np.log(np.where(seen, l, 1.0)), -np.inf)
+        M[rows] = m
+    return O, L, M
+
+
+def attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, align="bottom-right", *,
+                       d_from=None, scale_dq=True, scale_dk=True, p_scale=True):
+    """(dQ, dK, dV) in float64 from the saved O and L, with switchable mistakes.
+
+    d_from: None uses D = rowsum(dO * O); "V" uses rowsum(dO * V) (needs sq == sk);
+    "zero" drops D. p_scale=False recomputes P from unscaled scores.
+    """
+    sq, d = Q.shape
+    sk = K.shape[0]
+    s = default_scale(d, scale)
+    mask = visible(sq, sk, causal, align)
+    S = scores(Q, K, s if p_scale else 1.0, mask)
+    Lsafe = np.where(L == -np.inf, np.inf, L)  # rows that saw nothing: P = exp(-inf) = 0
+    P = np.where(mask, np.exp(S - Lsafe[:, None]), 0.0)
+    dV = P.T @ dO
+    dP = dO @ V.T
+    if d_from == "V":
+        D = (dO * V).sum(axis=1)
+    elif d_from == "zero":
+        D = np.zeros(sq)
+    else:
+        D = (dO * O).sum(axis=1)
+    dS = P * (dP - D[:, None])
+    dQ = (dS @ K) * (s if scale_dq else 1.0)
+    dK = (dS.T @ Q) * (s if scale_dk else 1.0)
+    return dQ, dK, dV
+
+
+# --- calling the user's code -------------------------------------------------------------
+
+
+def quiet_call(fn, call: Call, *args, **kwargs):
+    """Call fn with numpy's warnings on; a RuntimeWarning (overflow, 0/0, log(0)) fails the check.
+
+    Underflow stays silent: exp(-1e4) rounding to 0 is correct behaviour.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with np.errstate(divide="warn", over="warn", invalid="warn", under="ignore"):
+            before = np.geterr()
+            result = fn(*args, **kwargs)
+            after = np.geterr()
+    if after != before:
+        fail("your code changed numpy's error settings with np.seterr, which can hide warnings",
+             called=str(call), got=f"np.geterr() = {after}",
+             hint="don't silence the warning: keep -inf - (-inf) and exp overflow from happening")
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    if runtime:
+        first = runtime[0]
+        fail("your code raised a numpy RuntimeWarning (the contract is: no NaN and no warning)",
+             called=str(call), got=f"RuntimeWarning: {first.message}",
+             hint=warning_hint(str(first.message)))
+    return result
+
+
+def warning_hint(message: str) -> str:
+    if "overflow" in message:
+        return "exp overflowed: subtract the running max (or the larger L) before exponentiating"
+    if "invalid" in message:
+        return ("an invalid value (NaN) was computed, usually exp(-inf - (-inf)) on a row that sees no key: "
+                "use a finite stand-in for the max when it is -inf")
+    if "divide" in message:
+        return "division by zero or log(0): a row with l = 0 sees no key; give it O = 0 and L = -inf directly"
+    return ""
+
+
+def peak_bytes(fn, *args, **kwargs) -> tuple[int, object]:
+    """Peak memory NumPy and Python allocate during fn(*args) (tracemalloc sees NumPy's buffers)."""
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        result = fn(*args, **kwargs)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return peak, result
+
+
+def check_peak(peak: int, call: Call, what: str) -> None:
+    if peak > PEAK_LIMIT_BYTES:
+        fail(f"{what} held {peak / 2**20:.1f} MiB at its peak: that is an sq×sk array, not tiles",
+             called=str(call),
+             got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=(f"under {PEAK_LIMIT_BYTES / 2**20:.0f} MiB (one full {MEMORY_SIZE}×{MEMORY_SIZE} float64 score "
+                       f"matrix is {FULL_SCORES_BYTES / 2**20:.0f} MiB; a full boolean mask is "
+                       f"{MEMORY_SIZE * MEMORY_SIZE / 2**20:.0f} MiB)"),
+             hint="a full score matrix (or mask) was materialised: compute S, P and the mask one "
+                  "[Br, Bc] block at a time inside the loops")
+
+
+def pair(result, call: Call, names: str, shapes: tuple[tuple, tuple]):
+    """Unpack a returned pair of arrays, checking type and shapes."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        fail(f"{call} must return a pair ({names})", called=str(call), got=show(result),
+             expected=f"a tuple of two arrays of shapes {shapes[0]} and {shapes[1]}")
+    first, second = names.split(", ")
+    return (array(result[0], call, shape=shapes[0], what=first),
+            array(result[1], call, shape=shapes[1], what=second))
+
+
+def first_wrong_block(got, want, block: int, atol: float, rtol: float) -> int | None:
+    """Index of the first block of `block` rows in which got and want disagree."""
+    got = np.asarray(got, dtype=np.float64).reshape(got.shape[0], -1)
+    want = np.asarray(want, dtype=np.float64).reshape(want.shape[0], -1)
+    with np.errstate(invalid="ignore"):
+        same = (got == want) | (np.abs(got - want) <= atol + rtol * np.abs(want))
+    bad_rows = np.flatnonzero(~same.all(axis=1))
+    if bad_rows.size == 0:
+        return None
+    return int(bad_rows[0]) // block

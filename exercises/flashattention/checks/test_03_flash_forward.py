@@ -1,0 +1,324 @@
+"""Hidden checks for 03_flash_forward.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from drill.grader.expect import Call, close, fail, matches, max_error
+
+from ._attention_reference import (
+    MEMORY_SIZE,
+    attention,
+    check_peak,
+    default_scale,
+    first_wrong_block,
+    masked_attention,
+    pair,
+    peak_bytes,
+    quiet_call,
+    tiled_forward,
+    visible,
+)
+
+O_ATOL, O_RTOL = 1e-9, 1e-9
+L_ATOL, L_RTOL = 1e-9, 1e-12
+
+
+def _inputs(rng, sq, sk, d, spread=1.0):
+    Q = rng.normal(scale=spread, size=(sq, d))
+    K = rng.normal(size=(sk, d))
+    V = rng.normal(size=(sk, d))
+    return Q, K, V
+
+
+def _describe(Q, K, kw) -> str:
+    args = [f"Q[{Q.shape[0]}x{Q.shape[1]}]", f"K[{K.shape[0]}x{K.shape[1]}]", f"V[{K.shape[0]}x{K.shape[1]}]"]
+    args += [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in kw.items()]
+    return ", ".join(args)
+
+
+def call_forward(sub, Q, K, V, **kw):
+    """The user's (O, L), checked for type, shape and warnings."""
+    call = Call("flash_attention_forward", _describe(Q, K, kw))
+    result = quiet_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), **kw)
+    O, L = pair(result, call, "O, L", ((Q.shape[0], V.shape[1]), (Q.shape[0],)))
+    return call, O, L
+
+
+def _within(got, want, atol, rtol) -> bool:
+    err = max_error(got, want)
+    if math.isinf(err):
+        return False
+    both = np.isfinite(want)
+    return bool(np.all(np.abs(got[both] - want[both]) <= atol + rtol * np.abs(want[both])))
+
+
+def _blocks(kw):
+    return kw.get("Br", 16), kw.get("Bc", 16)
+
+
+def diagnose_o(Q, K, V, kw, O) -> str:
+    """Name the mistake if O equals a known wrong variant; else say where it first goes wrong."""
+    causal, scale = kw.get("causal", False), kw.get("scale")
+    Br, Bc = _blocks(kw)
+    d = Q.shape[1]
+    candidates = []
+    if scale is None:
+        candidates += [
+            (lambda: attention(Q, K, V, causal, 1.0)[0],
+             "the scores were not scaled: S = Q Kᵀ · scale with scale = 1/√d when scale is None"),
+            (lambda: attention(Q, K, V, causal, 1.0 / d)[0], "the default scale is 1/√d, not 1/d"),
+        ]
+    else:
+        candidates += [
+            (lambda: attention(Q, K, V, causal, None)[0],
+             "the scale argument was ignored: use it when it is given, 1/√d only when it is None"),
+            (lambda: attention(Q, K, V, causal, 1.0)[0], "the scores were not multiplied by scale: S = Q Kᵀ · scale"),
+        ]
+    if causal:
+        candidates += [
+            (lambda: attention(Q, K, V, True, scale, align="top-left")[0],
+             "the mask is aligned top-left (key j <= i); the contract aligns it bottom-right: "
+             "query i sees keys j <= i + (sk - sq)"),
+            (lambda: attention(Q, K, V, True, scale, shift=-1)[0],
+             "causal mask off by one: a query also sees the key on its diagonal, keep j <= i + (sk - sq), not <"),
+            (lambda: attention(Q, K, V, True, scale, shift=+1)[0],
+             "causal mask off by one: each query sees one key too many; the last visible key is i + (sk - sq)"),
+            (lambda: attention(Q, K, V, False, scale)[0], "causal=True was ignored: no mask was applied"),
+        ]
+    else:
+        candidates.append((lambda: attention(Q, K, V, True, scale)[0],
+                           "a causal mask was applied although causal=False"))
+    candidates += [
+        (lambda: tiled_forward(Q, K, V, Br, Bc, causal, scale, rescale_acc=False)[0],
+         "the accumulator was not rescaled when the running max grew: multiply acc by exp(m_old - m_new), "
+         "just like l"),
+        (lambda: tiled_forward(Q, K, V, Br, Bc, causal, scale, rescale_l=False)[0],
+         "l was not rescaled when the running max grew: l = exp(m_old - m_new) · l + rowsum(P)"),
+        (lambda: tiled_forward(Q, K, V, Br, Bc, causal, scale, rescale_acc=False, rescale_l=False)[0],
+         "neither l nor the accumulator was rescaled by exp(m_old - m_new) when the running max grew"),
+        (lambda: tiled_forward(Q, K, V, Br, Bc, causal, scale, drop_ragged_k=True)[0],
+         "the last, shorter key block was dropped: loop j over range(0, sk, Bc) and slice K[j:j+Bc]"),
+        (lambda: tiled_forward(Q, K, V, Br, Bc, causal, scale, drop_ragged_q=True)[0],
+         "the last, shorter query block was dropped: loop i over range(0, sq, Br) and slice Q[i:i+Br]"),
+    ]
+    for make, hint in candidates:
+        if matches(O, make(), atol=1e-8):
+            return hint
+    return locate_o(Q, K, V, kw, O)
+
+
+def locate_o(Q, K, V, kw, O) -> str:
+    """The first query block that goes wrong, and whether it equals a prefix of the key blocks."""
+    causal, scale = kw.get("causal", False), kw.get("scale")
+    Br, Bc = _blocks(kw)
+    sq, sk = Q.shape[0], K.shape[0]
+    s = default_scale(Q.shape[1], scale)
+    O_ref, _ = attention(Q, K, V, causal, scale)
+    i = first_wrong_block(O, O_ref, Br, O_ATOL, O_RTOL)
+    if i is None:
+        return ""
+    rows = slice(i * Br, min((i + 1) * Br, sq))
+    where = f"the first wrong query block is i = {i} (rows {rows.start}..{rows.stop - 1})"
+    mask = visible(sq, sk, causal)
+    for j in range(0, math.ceil(sk / Bc)):
+        upto = min(j * Bc, sk)
+        if upto == 0:
+            continue
+        prefix, _ = masked_attention(Q[rows], K, V, s, mask[rows, :upto])
+        if matches(O[rows], prefix, atol=1e-8) and not matches(prefix, O_ref[rows], atol=1e-8):
+            return (f"{where}; there O equals attention over key blocks 0..{j - 1} only: "
+                    f"key block j = {j} (keys {upto}..) and later never reached the result")
+    return where
+
+
+def diagnose_l(Q, K, V, kw, L) -> str:
+    causal, scale = kw.get("causal", False), kw.get("scale")
+    Br, Bc = _blocks(kw)
+    _, L_ref = attention(Q, K, V, causal, scale)
+    _, _, M = tiled_forward(Q, K, V, Br, Bc, causal, scale)
+    tiled = [
+        (dict(rescale_l=False), "l was not rescaled when the running max grew: l = exp(m_old - m_new) · l + rowsum(P)"),
+        (dict(drop_ragged_k=True),
+         "the last, shorter key block was dropped: loop j over range(0, sk, Bc) and slice K[j:j+Bc]"),
+        (dict(drop_ragged_q=True),
+         "the last, shorter query block was dropped: loop i over range(0, sq, Br) and slice Q[i:i+Br]"),
+    ]
+    with np.errstate(all="ignore"):
+        l_ref = np.exp(L_ref - M)
+        candidates = [
+            (L_ref / math.log(2.0), "L is in base 2: use the natural log, L = m + np.log(l)"),
+            (M, "L equals the running max m: the logsumexp is L = m + log(l)"),
+            (np.log(l_ref), "L is missing the running max: L = m + log(l), not log(l)"),
+            (M + l_ref, "L = m + log(l), not m + l"),
+            (attention(Q, K, V, causal, 1.0)[1], "L was computed from unscaled scores: scale them first"),
+            (np.where(np.isinf(L_ref), 0.0, L_ref),
+             "rows that see no key must get L = -inf (the log of an empty sum), not 0"),
+        ]
+    for cand, hint in candidates:
+        if matches(L, cand, atol=1e-8):
+            return hint
+    for flags, hint in tiled:
+        if matches(L, tiled_forward(Q, K, V, Br, Bc, causal, scale, **flags)[1], atol=1e-8):
+            return hint
+    i = first_wrong_block(L, L_ref, Br, L_ATOL, L_RTOL)
+    return "" if i is None else f"the first wrong query block is i = {i} (rows {i * Br}..)"
+
+
+def check_forward(sub, Q, K, V, *, o_atol=O_ATOL, l_atol=L_ATOL, **kw):
+    """Run the user's forward and compare O and L with the float64 reference."""
+    call, O, L = call_forward(sub, Q, K, V, **kw)
+    O_ref, L_ref = attention(Q, K, V, kw.get("causal", False), kw.get("scale"))
+    if not _within(O, O_ref, o_atol, O_RTOL) or np.isnan(O).any():
+        hint = "" if np.isnan(O).any() else diagnose_o(Q, K, V, kw, O)
+        if np.isnan(O).any():
+            hint = ("O has NaN: a row (or block) with no visible key computed exp(-inf - (-inf)); "
+                    "use 0 instead of a -inf max when shifting, and give such rows O = 0")
+        close(O, O_ref, call, atol=o_atol, rtol=O_RTOL, what="O", hint=hint)
+    if not _within(L, L_ref, l_atol, L_RTOL) or np.isnan(L).any():
+        close(L, L_ref, call, atol=l_atol, rtol=L_RTOL, what="L (the logsumexp of each row)",
+              hint=diagnose_l(Q, K, V, kw, L))
+    return O, L
+
+
+def test_small_square(sub, rng):
+    """A small square input (sq = sk = 8, d = 4, Br = Bc = 4) matches attention"""
+    Q, K, V = _inputs(rng, 8, 8, 4)
+    check_forward(sub, Q, K, V, Br=4, Bc=4)
+
+
+SHAPES = {
+    "ragged last blocks": [(37, 37, 8, 16, 16), (45, 45, 4, 8, 8)],
+    "sq != sk": [(20, 53, 8, 16, 16), (50, 13, 8, 16, 16)],
+    "Br != Bc": [(33, 41, 8, 4, 16), (33, 41, 8, 16, 5)],
+    "blocks longer than the sequence": [(5, 7, 8, 16, 16), (3, 30, 4, 64, 8), (30, 3, 4, 8, 64)],
+    "d = 1": [(17, 23, 1, 4, 6)],
+    "blocks of one row": [(6, 9, 3, 1, 1)],
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPES), ids=list(SHAPES))
+def test_shapes(sub, rng, case):
+    """Matches attention for awkward shapes and block sizes"""
+    for sq, sk, d, Br, Bc in SHAPES[case]:
+        Q, K, V = _inputs(rng, sq, sk, d)
+        check_forward(sub, Q, K, V, Br=Br, Bc=Bc)
+
+
+def test_default_blocks(sub, rng):
+    """The default block sizes (Br = Bc = 16) work when Br and Bc are not passed"""
+    Q, K, V = _inputs(rng, 40, 70, 16)
+    check_forward(sub, Q, K, V)
+
+
+def test_explicit_scale(sub, rng):
+    """An explicit scale replaces 1/√d"""
+    Q, K, V = _inputs(rng, 24, 30, 8)
+    for scale in (0.37, 2.0):
+        check_forward(sub, Q, K, V, Br=8, Bc=8, scale=scale)
+
+
+def test_logsumexp(sub, rng):
+    """L is the natural-log logsumexp of each scaled row"""
+    Q, K, V = _inputs(rng, 30, 45, 8, spread=2.0)
+    call, O, L = call_forward(sub, Q, K, V, Br=8, Bc=16)
+    _, L_ref = attention(Q, K, V)
+    close(L, L_ref, call, atol=L_ATOL, rtol=L_RTOL, what="L (the logsumexp of each row)",
+          hint=diagnose_l(Q, K, V, {"Br": 8, "Bc": 16}, L))
+
+
+CAUSAL = {
+    "sq == sk": [(37, 37, 8, 8, 16), (16, 16, 4, 4, 4), (9, 9, 4, 16, 16)],
+    "sq < sk, bottom-right": [(20, 45, 8, 8, 8), (7, 50, 4, 16, 4), (1, 12, 4, 16, 16)],
+}
+
+
+@pytest.mark.parametrize("case", list(CAUSAL), ids=list(CAUSAL))
+def test_causal(sub, rng, case):
+    """Causal: query i sees keys j <= i + (sk - sq)"""
+    for sq, sk, d, Br, Bc in CAUSAL[case]:
+        Q, K, V = _inputs(rng, sq, sk, d)
+        check_forward(sub, Q, K, V, Br=Br, Bc=Bc, causal=True)
+
+
+def test_causal_rows_without_keys(sub, rng):
+    """Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning"""
+    for sq, sk, d, Br, Bc in [(45, 20, 8, 8, 8), (50, 7, 4, 4, 16), (12, 3, 4, 16, 16)]:
+        Q, K, V = _inputs(rng, sq, sk, d)
+        check_forward(sub, Q, K, V, Br=Br, Bc=Bc, causal=True)
+
+
+def test_large_logits(sub, rng):
+    """Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy"""
+    for sq, sk, d, Br, Bc, causal in [(24, 40, 8, 8, 16, False), (33, 21, 4, 16, 8, True)]:
+        Q, K, V = _inputs(rng, sq, sk, d)
+        norms = np.linalg.norm(Q, axis=1, keepdims=True)
+        Q = Q / norms * rng.uniform(1e3, 1e4, size=(sq, 1)) / 3.0  # |S| up to about 1e4
+        check_forward(sub, Q, K, V, o_atol=1e-7, l_atol=1e-7, Br=Br, Bc=Bc, causal=causal)
+
+
+def test_permutation_invariance(sub, rng):
+    """Shuffling the rows of K and V together leaves O and L unchanged"""
+    Q, K, V = _inputs(rng, 29, 47, 8, spread=2.0)
+    _, O, L = call_forward(sub, Q, K, V, Br=8, Bc=16)
+    perm = rng.permutation(K.shape[0])
+    call, O2, L2 = call_forward(sub, Q, K[perm], V[perm], Br=8, Bc=16)
+    hint = ("the result depends on the order of the keys: is the accumulator rescaled with l "
+            "when the max grows, and is every key block (the last, shorter one too) included?")
+    close(O2, O, f"{call} with K, V rows shuffled", atol=1e-10, rtol=1e-9,
+          what="O after shuffling K and V", hint=hint)
+    close(L2, L, f"{call} with K, V rows shuffled", atol=1e-10, rtol=1e-12,
+          what="L after shuffling K and V", hint=hint)
+
+
+def test_shift_invariance(sub, rng):
+    """Adding one vector to every key shifts each row's scores by a constant: O stays, L moves by it"""
+    sq, sk, d = 26, 35, 8
+    Q, K, V = _inputs(rng, sq, sk, d)
+    u = rng.normal(size=d)
+    scale = default_scale(d, None)
+    # Per-row shift scale·(q_i · u), pushed to about ±700: exp of it overflows or underflows.
+    Q = Q / np.abs(Q @ u * scale).max() * 700.0
+    _, O, L = call_forward(sub, Q, K, V, Br=8, Bc=8)
+    call, O2, L2 = call_forward(sub, Q, K + u, V, Br=8, Bc=8)
+    shift = (Q @ u) * scale
+    hint = ("shifting every score of a row by a constant must not matter to O: subtract the running max "
+            "(starting from -inf, not 0) before exponentiating")
+    close(O2, O, f"{call} with K + u", atol=1e-8, rtol=1e-9, what="O after adding u to every key", hint=hint)
+    if matches(L2 - L, shift / scale, atol=1e-6):
+        hint = "L moved by q·u instead of scale·(q·u): the scores were not multiplied by the scale"
+    close(L2, L + shift, f"{call} with K + u", atol=1e-8, rtol=1e-12,
+          what="L after adding u to every key (expected L + scale·(Q u))", hint=hint)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
+def test_memory(sub, rng, causal):
+    """Peak memory at sq = sk = 2048 (Br = Bc = 128) stays far below one score matrix"""
+    n, d = MEMORY_SIZE, 16
+    Q, K, V = _inputs(rng, n, n, d)
+    call = Call("flash_attention_forward", f"Q, K, V [{n}x{d}], Br=128, Bc=128, causal={causal}")
+    args = (Q.copy(), K.copy(), V.copy())
+    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, *args,
+                              Br=128, Bc=128, causal=causal)
+    check_peak(peak, call, "flash_attention_forward")
+    O, L = pair(result, call, "O, L", ((n, d), (n,)))
+    rows = slice(n - 64, n)  # spot-check the last rows, which see every key
+    O_ref, L_ref = attention(Q[rows], K, V, causal, None)
+    close(O[rows], O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O (last 64 rows)",
+          hint="memory is fine, but O is wrong at this size; the other checks name the mistake")
+
+
+def test_inputs_untouched(sub, rng):
+    """Q, K and V are not modified"""
+    Q, K, V = _inputs(rng, 19, 23, 4)
+    before = (Q.copy(), K.copy(), V.copy())
+    quiet_call(sub.flash_attention_forward, "flash_attention_forward(Q, K, V, Br=8, Bc=8, causal=True)",
+               Q, K, V, Br=8, Bc=8, causal=True)
+    for name, now, then in zip("QKV", (Q, K, V), before):
+        if not matches(now, then, atol=0.0):
+            fail(f"flash_attention_forward changed its input {name} in place",
+                 called="flash_attention_forward(Q, K, V, Br=8, Bc=8, causal=True)",
+                 hint="scale a copy (Q * scale), not Q itself (Q *= scale)")
