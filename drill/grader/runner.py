@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,20 +26,29 @@ OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what the user's code may print before i
 SHOWN_OUTPUT = 2000  # characters of that output kept in the report
 
 
-def _limits(memory_mb: int):
+def _gpu_visible() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+def _limits(memory_mb: int, cap_address_space: bool = True):
     def apply() -> None:
         mem = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        if cap_address_space:
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(exercise: Exercise | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRILL_", "PYTEST_"))}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if exercise is not None and exercise.needs == "gpu" and not _gpu_visible():
+        # Triton reads this when a kernel is decorated, i.e. while the user's file is
+        # imported, so only the worker's environment can switch the interpreter on in time.
+        env["TRITON_INTERPRET"] = "1"
     return env
 
 
@@ -56,8 +66,11 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None) -> 
         with open(out_path, "wb") as out:
             proc = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                cwd=str(user_file.parent), env=_child_env(),
-                preexec_fn=_limits(exercise.memory_mb), start_new_session=True,
+                cwd=str(user_file.parent), env=_child_env(exercise),
+                # CUDA reserves far more virtual address space than it uses: under an
+                # RLIMIT_AS cap its initialisation fails with "out of memory".
+                preexec_fn=_limits(exercise.memory_mb, not (exercise.needs == "gpu" and _gpu_visible())),
+                start_new_session=True,
             )
             try:
                 proc.stdin.write((nonce + "\n").encode())
