@@ -1,0 +1,181 @@
+"""drill show: draw the algorithms in the terminal (tiling, online softmax, IO, ring)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from drill import exitcodes
+from drill.console import console, fail_line, interactive
+
+
+def _cannot(reason: str) -> None:
+    fail_line(reason)
+    raise SystemExit(exitcodes.CANNOT)
+
+
+def _check_bytes(dtype_bytes: int) -> None:
+    if not 1 <= dtype_bytes <= 16:
+        _cannot(f"--bytes must be the size of one element, 1 to 16 (got {dtype_bytes})")
+
+
+@click.group(name="show")
+def command() -> None:
+    """Draw the algorithm in the terminal.
+
+    \b
+      drill show tiling --causal            # the FlashAttention-2 loop, block by block
+      drill show online-softmax 1 3 2 5     # running max, sum and rescale per block
+      drill show io --s 16384               # HBM traffic and FLOPs against s
+      drill show ring --world 4 --zigzag    # ring attention's K/V shards per step
+    """
+
+
+@command.command(name="tiling")
+@click.option("--s", "s", type=int, default=512, show_default=True, help="Sequence length.")
+@click.option("--d", "d", type=int, default=64, show_default=True, help="Head dimension.")
+@click.option("--br", type=int, default=128, show_default=True, help="Rows per Q block.")
+@click.option("--bc", type=int, default=128, show_default=True, help="Rows per K/V block.")
+@click.option("--causal", is_flag=True, help="Causal mask: skip blocks that are entirely masked.")
+@click.option("--step", "by_key", is_flag=True, help="Advance one (i, j) step per Enter key.")
+@click.option("--delay", type=float, default=None, help="Seconds per step when animated (default: ~8 s in all).")
+@click.option("--bytes", "dtype_bytes", type=int, default=2, show_default=True,
+              help="Bytes per element, for the byte counts (2: fp16/bf16).")
+def tiling(s: int, d: int, br: int, bc: int, causal: bool, by_key: bool, delay: float | None,
+           dtype_bytes: int) -> None:
+    """The FlashAttention-2 forward loop over the s×s score grid, with SRAM tiles and HBM traffic.
+
+    Animated on a terminal; a static summary (grid, tiles, loop trace, totals) otherwise.
+    """
+    from drill.visual import tiling as tv
+
+    reason = tv.validate(s, d, br, bc)
+    if reason:
+        _cannot(reason)
+    _check_bytes(dtype_bytes)
+    if delay is not None and not 0 <= delay <= 60:
+        _cannot(f"--delay must be between 0 and 60 seconds (got {delay})")
+    t = tv.Tiling(s, s, d, br, bc, causal)
+    if not interactive() or not t.drawable:
+        console.print(tv.summary(t, dtype_bytes))
+        return
+    try:
+        if by_key:
+            _step_by_key(t)
+        else:
+            _animate(t, delay if delay is not None else min(0.6, max(0.03, 8 / (t.tr * t.tc))))
+    except KeyboardInterrupt:
+        console.print("[muted]stopped[/muted]")
+        return
+    console.print()
+    console.print(tv.totals(t, dtype_bytes))
+
+
+def _animate(t, delay: float) -> None:
+    from rich.live import Live
+
+    from drill.visual import tiling as tv
+
+    frames = tv.steps(t)
+    first = next(frames)
+    with Live(tv.frame(t, first), console=console, refresh_per_second=30, auto_refresh=False) as live:
+        time.sleep(delay)
+        for step in frames:
+            live.update(tv.frame(t, step), refresh=True)
+            time.sleep(delay)
+
+
+def _step_by_key(t) -> None:
+    from drill.visual import tiling as tv
+
+    for step in tv.steps(t):
+        console.clear()
+        console.print(tv.frame(t, step, footer="Enter: next step · q then Enter: stop"))
+        try:
+            key = input()
+        except EOFError:
+            return
+        if key.strip().lower() in ("q", "quit"):
+            return
+
+
+@command.command(name="online-softmax", context_settings={"ignore_unknown_options": True})
+@click.argument("values", nargs=-1, metavar="X...")
+@click.option("--block", type=int, default=2, show_default=True, help="Entries per block.")
+def online_softmax(values: tuple[str, ...], block: int) -> None:
+    """Stream one row X... in blocks: running max m, sum ℓ and the rescale factor after each.
+
+    \b
+    Example (the card's row):  drill show online-softmax 1 3 2 5 --block 2
+    -inf masks an entry; commas work as separators too.
+    """
+    from drill.visual import online_softmax as ov
+
+    if block < 1:
+        _cannot(f"--block must be at least 1 (got {block})")
+    try:
+        row = ov.parse_values(values)
+    except ov.BadRow as exc:
+        _cannot(str(exc))
+    console.print(ov.summary(row, block))
+
+
+@command.command(name="io")
+@click.option("--s", "s_max", type=int, default=16384, show_default=True,
+              help="Longest sequence in the table (it doubles from 512 up to this).")
+@click.option("--d", "d", type=int, default=64, show_default=True, help="Head dimension.")
+@click.option("--sram", default="100KB", show_default=True,
+              help="SRAM per thread block: elements (49152) or bytes (100KB, 228KiB).")
+@click.option("--br", type=int, default=None, help="Rows per Q block (default: from --sram).")
+@click.option("--bytes", "dtype_bytes", type=int, default=2, show_default=True,
+              help="Bytes per element (2: fp16/bf16, 4: fp32).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw traffic against s into this PNG (needs matplotlib).")
+def io(s_max: int, d: int, sram: str, br: int | None, dtype_bytes: int, plot_path: str | None) -> None:
+    """HBM traffic and FLOPs of standard attention and FlashAttention-2, per head, forward."""
+    from drill.visual import io as iov
+
+    if s_max <= 0 or s_max > iov.MAX_S:
+        _cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
+    if d <= 0 or d > 65536:
+        _cannot(f"--d must be a positive head dimension (got {d})")
+    if br is not None and br <= 0:
+        _cannot(f"--br must be a positive whole number (got {br})")
+    _check_bytes(dtype_bytes)
+    try:
+        m, how = iov.parse_sram(sram, dtype_bytes)
+    except iov.BadInput as exc:
+        _cannot(str(exc))
+    auto_br, bc = iov.block_sizes(m, d)
+    console.print(iov.summary(s_max, d, br or auto_br, bc, how, dtype_bytes, br_given=br is not None))
+    if plot_path:
+        _plot(plot_path, s_max, d, br or auto_br, dtype_bytes)
+
+
+def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
+    from drill.visual import io as iov
+
+    try:
+        import matplotlib  # noqa: F401  (only to learn whether it is there)
+    except ImportError:
+        _cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
+    try:
+        iov.plot(path, s_max, d, br, dtype_bytes)
+    except (OSError, ValueError) as exc:
+        _cannot(f"could not write the plot to {path}: {exc}")
+    console.print(f"wrote [accent]{path}[/accent]")
+
+
+@command.command(name="ring")
+@click.option("--world", type=int, default=4, show_default=True, help="Number of ranks W.")
+@click.option("--causal", is_flag=True, help="Causal mask: show the blocks it skips.")
+@click.option("--zigzag", is_flag=True, help="Zigzag sharding (rank r holds chunks r and 2W-1-r).")
+def ring(world: int, causal: bool, zigzag: bool) -> None:
+    """Which K/V shard each rank holds at each ring step, and the work causal masking leaves."""
+    from drill.visual import ring as rv
+
+    reason = rv.validate(world)
+    if reason:
+        _cannot(reason)
+    console.print(rv.summary(world, causal, zigzag))
