@@ -49,6 +49,25 @@ def fail(summary: str, **fields: str) -> None:
     raise CheckFailure(summary, **fields)
 
 
+_notes: list[str] = []
+
+
+def note(text: str) -> None:
+    """Attach a line of information (figures, not a verdict) to the running check.
+
+    The recorder sends it with the check's event; the report prints it and --json carries
+    it, in the check's `notes` and in the result's `notes`.
+    """
+    _notes.append(str(text))
+
+
+def take_notes() -> list[str]:
+    """The notes made since the last call, cleared."""
+    taken = list(_notes)
+    _notes.clear()
+    return taken
+
+
 def show(value, limit: int = 6) -> str:
     """A short, readable rendering of a value for a failure message."""
     if isinstance(value, _ndarray):

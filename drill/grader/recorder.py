@@ -15,7 +15,7 @@ import traceback
 import pytest
 
 from drill.grader import submission
-from drill.grader.expect import CheckFailure
+from drill.grader.expect import CheckFailure, take_notes
 from drill.grader.result import TOO_MUCH_OUTPUT
 
 
@@ -90,6 +90,7 @@ class Recorder:
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        take_notes()  # anything noted while the user's file was imported is not a check's
         self.emit(event="collected", count=len(session.items))
 
     @pytest.hookimpl(hookwrapper=True)
@@ -130,4 +131,5 @@ class Recorder:
                 details=failure["details"] if failure else {},
                 seconds=round(time.perf_counter() - self.started.get(item.nodeid, time.perf_counter()), 4),
                 output=output,
+                notes=take_notes(),
             )

@@ -18,6 +18,7 @@ class CheckResult:
     seconds: float = 0.0
     output: str = ""
     details: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # figures a check reports (drill.grader.expect.note)
 
 
 @dataclass

@@ -115,8 +115,10 @@ def _read_events(path: Path) -> list[dict]:
 def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout, output) -> GradeResult:
     result = GradeResult(exercise=exercise.key, file=str(user_file), status="error", output=output)
     checks = [CheckResult(e["name"], e["status"], e.get("message", ""), e.get("seconds", 0.0),
-                          e.get("output", ""), e.get("details", {})) for e in events if e.get("event") == "check"]
+                          e.get("output", ""), e.get("details", {}), [str(n) for n in e.get("notes", [])])
+              for e in events if e.get("event") == "check"]
     result.checks = checks
+    result.notes += [n for c in checks for n in c.notes]
     kinds = {e.get("event") for e in events}
     load_error = next((e["message"] for e in events if e.get("event") == "load_error"), None)
     collected = next((e["count"] for e in events if e.get("event") == "collected"), None)
