@@ -136,7 +136,8 @@ def summary(s_max: int, d: int, br: int, bc: int, sram_how: str, dtype_bytes: in
     if br_given:
         head.append(f"Blocks: Br = {br}, Bc = {bc} (as given)\n")
     else:
-        head.append(f"SRAM M: {sram_how} → Bc = ⌈M/(4d)⌉ = {bc}, Br = min(Bc, d) = {br}\n")
+        head.append(f"SRAM M: {sram_how}\n")
+        head.append(f"  → Bc = ⌈M/(4d)⌉ = {bc}, Br = min(Bc, d) = {br}\n")
     head.append("standard = 4·s·d + 4·s²   flash = 2·s·d + 2·Tr·s·d + s   (Tr = ⌈s/Br⌉)", style="grey50")
     limit = 2 * br / d
     ridge = MATMUL_FLOPS_PER_S / HBM_BYTES_PER_S

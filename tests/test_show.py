@@ -1,0 +1,273 @@
+"""`drill show` driven as a user would (no TTY): the numbers it prints are checked
+against values computed here, independently, from the formulas."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from drill.cli import cli
+
+
+def run(*args: str, **kwargs):
+    return CliRunner().invoke(cli, ["show", *args], **kwargs)
+
+
+def one_line_failure(result, *words: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+# -- online softmax -------------------------------------------------------------
+
+
+def test_online_softmax_worked_example_from_the_card():
+    result = run("online-softmax", "1", "3", "2", "5", "--block", "2")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    # After block (1, 3): m = 3, l = e^-2 + 1; after (2, 5): m = 5, l rescaled by e^-2.
+    l1 = math.exp(1 - 3) + 1
+    l2 = l1 * math.exp(3 - 5) + math.exp(2 - 5) + 1
+    assert f"{l1:.4f}" == "1.1353" and f"{l2:.4f}" == "1.2034"
+    rows = [line for line in out.splitlines() if line.lstrip().startswith(("1 ", "2 "))]
+    assert "1.1353" in rows[0] and "3.0000" in rows[0]
+    assert "1.2034" in rows[1] and f"{math.exp(-2):.4f}" in rows[1]  # the rescale factor
+    total = sum(math.exp(x - 5) for x in (1, 3, 2, 5))
+    for x in (1, 3, 2, 5):
+        assert f"{x}→{math.exp(x - 5) / total:.4f}" in out
+
+
+def test_online_softmax_accepts_commas_and_minus_inf():
+    result = run("online-softmax", "1,-inf", "-inf", "2", "--block", "1")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "-inf→0.0000" in out
+    p1 = math.exp(1 - 2) / (math.exp(1 - 2) + 1)
+    assert f"1→{p1:.4f}" in out and f"2→{1 - p1:.4f}" in out
+
+
+def test_online_softmax_extreme_logits_stay_finite():
+    result = run("online-softmax", "1e4", "-1e4", "3", "1e4", "--block", "2")
+    assert result.exit_code == 0, result.output
+    assert "nan" not in result.output.lower()
+    assert "10000→0.5000" in result.output
+
+
+@pytest.mark.parametrize("args, word", [
+    (["1", "foo"], "'foo' is not a number"),
+    (["1", "nan"], "nan"),
+    (["1", "inf"], "+inf"),
+    (["-inf", "-inf"], "every entry is -inf"),
+    ([], "give the row's numbers"),
+    (["1", "2", "--block", "0"], "--block"),
+])
+def test_online_softmax_rejects_bad_rows_in_one_line(args, word):
+    one_line_failure(run("online-softmax", *args), word)
+
+
+# -- tiling ---------------------------------------------------------------------
+
+
+def flash_total(s, d, br):
+    tr = -(-s // br)
+    return 2 * s * d + 2 * tr * s * d + s
+
+
+def causal_total(s, d, br, bc):
+    """Element by element: a block is read only if some query in it sees some key in it."""
+    tr, tc = -(-s // br), -(-s // bc)
+    kv = 0
+    skipped = 0
+    for i in range(tr):
+        last_q = min((i + 1) * br, s) - 1
+        for j in range(tc):
+            keys = range(j * bc, min((j + 1) * bc, s))
+            if any(k <= last_q for k in keys):
+                kv += 2 * len(keys) * d
+            else:
+                skipped += 1
+    return 2 * s * d + kv + s, skipped
+
+
+def test_tiling_default_counts_match_the_exercise_formula():
+    result = run("tiling")
+    assert result.exit_code == 0, result.output
+    s, d, br = 512, 64, 128
+    out = result.output
+    assert f"total {flash_total(s, d, br):,} elements" in out
+    assert f"{4 * s * d + 4 * s * s:,}" in out
+    assert "Tr = ⌈s/Br⌉ = 4" in out
+    # SRAM tiles with their shapes.
+    for tile, shape in (("Q_i", "[128, 64]"), ("K_j", "[128, 64]"), ("S_ij", "[128, 128]"),
+                        ("O_i", "[128, 64]"), ("m_i", "[128]")):
+        assert any(line.startswith(tile) and shape in line for line in out.splitlines()), tile
+    # The loop trace ends with every read and write counted: Q + 4·(K + V) reads, O + L writes.
+    last = [line for line in out.splitlines() if line.strip().startswith("16 ")][0]
+    assert f"{s * d + 4 * 2 * s * d:,}" in last and f"{s * d + s:,}" in last
+
+
+def test_tiling_ragged_blocks():
+    result = run("tiling", "--s", "300", "--d", "32", "--br", "64", "--bc", "48")
+    assert result.exit_code == 0, result.output
+    assert f"total {flash_total(300, 32, 64):,} elements" in result.output
+    assert "ragged" in result.output
+
+
+@pytest.mark.parametrize("s, br, bc", [(512, 128, 128), (300, 64, 32), (256, 32, 64), (100, 100, 7)])
+def test_tiling_causal_skips_masked_blocks_and_does_not_count_their_loads(s, br, bc):
+    result = run("tiling", "--s", str(s), "--br", str(br), "--bc", str(bc), "--causal")
+    assert result.exit_code == 0, result.output
+    total, skipped = causal_total(s, 64, br, bc)
+    assert f"total {total:,} elements" in result.output
+    tr, tc = -(-s // br), -(-s // bc)
+    assert f"{skipped} of {tr * tc} blocks are entirely masked" in result.output
+    assert "not read" in result.output
+
+
+def test_tiling_causal_grid_marks_skipped_blocks():
+    result = run("tiling", "--causal")  # 4 × 4 blocks: 6 above the diagonal
+    grid = [line for line in result.output.splitlines() if "│" in line and line[:2].strip().isdigit()]
+    grid = [line for line in grid if "┃" not in line and "(" not in line]
+    assert len(grid) == 4
+    assert sum(line.count("··") for line in grid) == 6
+    assert sum(line.count("▚▚") for line in grid) == 4
+
+
+def test_tiling_too_many_blocks_still_counts():
+    result = run("tiling", "--s", "65536", "--br", "16", "--bc", "16")
+    assert result.exit_code == 0, result.output
+    assert "too many to draw" in result.output
+    assert f"total {flash_total(65536, 64, 16):,} elements" in result.output
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--s", "0"], "--s"), (["--s", "-5"], "--s"), (["--d", "0"], "--d"),
+    (["--br", "0"], "--br"), (["--bc", "-1"], "--bc"), (["--bytes", "0"], "--bytes"),
+    (["--s", str(1 << 30)], "--s"),
+])
+def test_tiling_rejects_bad_sizes_in_one_line(args, word):
+    one_line_failure(run("tiling", *args), word)
+
+
+def test_tiling_animates_and_steps_when_interactive(monkeypatch):
+    import drill.commands.show as show
+
+    monkeypatch.setattr(show, "interactive", lambda: True)
+    result = run("tiling", "--s", "256", "--delay", "0")
+    assert result.exit_code == 0, result.output
+    assert f"total {flash_total(256, 64, 128):,} elements" in result.output
+    stepped = run("tiling", "--s", "256", "--step", input="\n\nq\n")
+    assert stepped.exit_code == 0, stepped.output
+    assert "step 3/4" in stepped.output and "step 4/4" not in stepped.output
+
+
+def test_render_grid_highlights_one_block():
+    from drill.visual.tiling import render_grid
+
+    plain = render_grid(512, 512, 128, 128, causal=True, highlight=(2, 1)).plain
+    rows = [line for line in plain.splitlines() if "│" in line]
+    assert len(rows) == 4
+    assert plain.count("◆◆") == 1 and "◆◆" in rows[2]
+    assert rows[2].index("◆◆") == rows[2].index("│") + 1 + 2 * 1
+    # s_q ≠ s_k: bottom-right alignment, the last query row block sees every key.
+    rect = render_grid(128, 512, 64, 64, causal=True).plain
+    rect_rows = [line for line in rect.splitlines() if "│" in line]
+    assert len(rect_rows) == 2 and "··" not in rect_rows[1].split("│")[1][:-2]
+    assert rect_rows[0].count("··") == 1
+
+
+# -- io -------------------------------------------------------------------------
+
+
+def test_io_table_matches_the_formulas():
+    result = run("io", "--s", "8192", "--d", "64", "--sram", "100KB", "--bytes", "2")
+    assert result.exit_code == 0, result.output
+    m = 100_000 // 2
+    bc = -(-m // (4 * 64))
+    br = min(bc, 64)
+    out = result.output
+    assert f"Bc = ⌈M/(4d)⌉ = {bc}, Br = min(Bc, d) = {br}" in out
+    for s in (512, 1024, 2048, 4096, 8192):
+        standard = 4 * s * 64 + 4 * s * s
+        flash = flash_total(s, 64, br)
+        row = [line for line in out.splitlines() if line.strip().startswith(f"{s:,} ") and "×" in line][0]
+        assert f"{standard:,}" in row and f"{flash:,}" in row and f"{standard / flash:.2f}×" in row
+    assert "16,384" not in out
+    assert "4·s²·d" in out and "17.18 GFLOP" in out  # 4·8192²·64
+
+
+def test_io_sram_in_elements_and_given_br():
+    result = run("io", "--s", "1000", "--d", "128", "--sram", "65536", "--br", "128")
+    assert result.exit_code == 0, result.output
+    assert f"{flash_total(1000, 128, 128):,}" in result.output
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--sram", "12XB"], "--sram"), (["--sram", "0"], "--sram"), (["--s", "0"], "--s"),
+    (["--d", "-3"], "--d"), (["--br", "0"], "--br"), (["--bytes", "99"], "--bytes"),
+])
+def test_io_rejects_bad_input_in_one_line(args, word):
+    one_line_failure(run("io", *args), word)
+
+
+def test_io_plot_writes_a_png(tmp_path):
+    target = tmp_path / "traffic.png"
+    result = run("io", "--s", "2048", "--plot", str(target))
+    assert result.exit_code == 0, result.output
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_io_plot_without_matplotlib_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    result = run("io", "--s", "2048", "--plot", str(tmp_path / "x.png"))
+    assert result.exit_code == 2
+    assert "needs matplotlib" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x.png").exists()
+
+
+# -- ring -----------------------------------------------------------------------
+
+
+def test_ring_causal_contiguous_is_unbalanced_and_zigzag_is_balanced():
+    contiguous = run("ring", "--world", "4", "--causal")
+    assert contiguous.exit_code == 0, contiguous.output
+    rows = {line.split()[0]: line for line in contiguous.output.splitlines()
+            if line.strip()[:1].isdigit() and "KV" in line}
+    assert "KV0 1/2" in rows["0"] and rows["0"].count("skip") == 3
+    assert rows["3"].count("full") == 3 and rows["3"].rstrip().endswith("7/2")
+    assert "balance 57%" in contiguous.output  # 8 blocks / 4 ranks over 7/2 block-times
+    zigzag = run("ring", "--world", "4", "--causal", "--zigzag")
+    assert "balance 100%" in zigzag.output
+    cells = [line for line in zigzag.output.splitlines() if "KV" in line]
+    assert len(cells) == 4 and all(line.count("1/2") == 4 and "skip" not in line for line in cells)
+
+
+def test_ring_shard_schedule_without_mask():
+    result = run("ring", "--world", "3")
+    rows = [line for line in result.output.splitlines() if line.strip()[:1].isdigit() and "KV" in line]
+    # Rank r holds shard (r − t) mod W at step t.
+    for r, line in enumerate(rows):
+        assert [int(w[2:]) for w in line.split() if w.startswith("KV")] == [(r - t) % 3 for t in range(3)]
+
+
+def test_ring_rejects_bad_world():
+    one_line_failure(run("ring", "--world", "0"), "--world")
+
+
+# -- start-up cost ----------------------------------------------------------------
+
+
+def test_show_and_watch_import_no_heavy_module():
+    code = ("import sys, drill.cli, drill.commands.show, drill.commands.watch, drill.visual.tiling, "
+            "drill.visual.io, drill.visual.ring, drill.visual.online_softmax; "
+            "print(sorted(m for m in ('torch', 'triton', 'matplotlib', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
