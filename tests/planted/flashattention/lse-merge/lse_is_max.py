@@ -1,0 +1,24 @@
+# drill: flashattention/lse-merge
+# planted: the merged L is max(L1, L2), missing log1p(exp(-|L1 - L2|))
+# expect-fail: Two halves of the keys
+# expect-fail: merge_many over random splits
+"""Planted mistake: the merged L is max(L1, L2), missing log1p(exp(-|L1 - L2|))."""
+
+import numpy as np
+
+
+def merge_partials(O1, L1, O2, L2):
+    m = np.maximum(L1, L2)
+    shift = np.where(m == -np.inf, 0.0, m)
+    w1, w2 = np.exp(L1 - shift), np.exp(L2 - shift)
+    total = w1 + w2
+    safe = np.where(total > 0, total, 1.0)
+    O = (w1[:, None] * O1 + w2[:, None] * O2) / safe[:, None]
+    return O, m
+
+
+def merge_many(parts):
+    O, L = parts[0]
+    for Ok, Lk in parts[1:]:
+        O, L = merge_partials(O, L, Ok, Lk)
+    return O, L

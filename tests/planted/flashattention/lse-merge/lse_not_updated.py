@@ -1,0 +1,23 @@
+# drill: flashattention/lse-merge
+# planted: the merged L is left as L1 (O is right)
+# expect-fail: merge_partials(a, b) equals merge_partials(b, a)
+# expect-fail: merge_many gives the same result in any order
+"""Planted mistake: the merged L is left as L1 (O is right)."""
+
+import numpy as np
+
+
+def merge_partials(O1, L1, O2, L2):
+    m = np.maximum(L1, L2)
+    shift = np.where(m == -np.inf, 0.0, m)
+    w1, w2 = np.exp(L1 - shift), np.exp(L2 - shift)
+    total = w1 + w2
+    safe = np.where(total > 0, total, 1.0)
+    return (w1[:, None] * O1 + w2[:, None] * O2) / safe[:, None], L1.copy()
+
+
+def merge_many(parts):
+    O, L = parts[0]
+    for Ok, Lk in parts[1:]:
+        O, L = merge_partials(O, L, Ok, Lk)
+    return O, L

@@ -1,0 +1,22 @@
+# drill: flashattention/lse-merge
+# planted: O = e^(L1 - max)·O1 + e^(L2 - max)·O2, never divided by the total weight
+# expect-fail: Two halves of the keys
+"""Planted mistake: O = e^(L1 - max)·O1 + e^(L2 - max)·O2, never divided by the total weight."""
+
+import numpy as np
+
+
+def merge_partials(O1, L1, O2, L2):
+    m = np.maximum(L1, L2)
+    shift = np.where(m == -np.inf, 0.0, m)
+    w1, w2 = np.exp(L1 - shift), np.exp(L2 - shift)
+    total = w1 + w2
+    safe = np.where(total > 0, total, 1.0)
+    return w1[:, None] * O1 + w2[:, None] * O2, np.where(total > 0, shift + np.log(safe), -np.inf)
+
+
+def merge_many(parts):
+    O, L = parts[0]
+    for Ok, Lk in parts[1:]:
+        O, L = merge_partials(O, L, Ok, Lk)
+    return O, L
