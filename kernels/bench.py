@@ -204,8 +204,8 @@ def to_markdown(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------- config sweep
 
 SWEEP_SPACE = {
-    "fwd": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPEC=ws)
-            for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for st in (2, 3) for ws in (False, True)
+    "fwd": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPEC=False, PREFETCH=pf)
+            for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for st in (2, 3) for pf in (False, True)
             if not (bm == 64 and w == 8)],
     "bwd_kv": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
                for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for st in (2, 3)],
@@ -261,6 +261,25 @@ def _precompile_worker(jobs):
     return failed
 
 
+def precompile_candidates(ds=(64, 128), causals=(False, True), dtype="bfloat16", workers: int = 12,
+                          log: Callable[[str], None] = print) -> None:
+    """Compile every candidate config the tuner may try, in parallel processes (Triton's disk
+    cache keeps them), so the serial tuning inside the benchmark only times."""
+    import multiprocessing as mp
+
+    from drill.kernels import flash as fl
+
+    jobs = [(kind, cfg, d, 4096, causal, 16384, dtype)
+            for kind in ("fwd", "bwd_kv", "bwd_q") for d in ds for causal in causals for cfg in fl._candidates(kind, d)]
+    t0 = time.time()
+    chunks = [jobs[i::workers] for i in range(workers)]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        failed = [f for fails in pool.map(_precompile_worker, chunks) for f in fails]
+    log(f"precompiled {len(jobs)} candidate configs in {time.time() - t0:.0f}s, {len(failed)} failed")
+    for job, msg in failed:
+        log(f"  failed: {job[:5]}: {msg}")
+
+
 def sweep_configs(ds=(64, 128), seqs=(16384,), causals=(False, True), kinds=("fwd", "bwd_kv", "bwd_q"),
                   tokens=16384, dtype="bfloat16", space=None, workers: int = 12,
                   log: Callable[[str], None] = print) -> list[dict]:
@@ -303,7 +322,7 @@ def sweep_configs(ds=(64, 128), seqs=(16384,), causals=(False, True), kinds=("fw
 
 def _cfg_str(cfg: dict) -> str:
     s = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}w{cfg['num_warps']}s{cfg['num_stages']}"
-    return s + ("ws" if cfg.get("WARP_SPEC") else "")
+    return s + ("ws" if cfg.get("WARP_SPEC") else "") + ("pf" if cfg.get("PREFETCH") else "")
 
 
 def main(argv=None) -> int:

@@ -121,7 +121,9 @@ def step_sweep(ctx: Context) -> StepResult:
     """Time every launch config of the flash kernels (tuning only; off by default)."""
     from drill.kernels import bench
 
-    res = bench.sweep_configs(workers=ctx.args.compile_workers, log=ctx.log)
+    kinds = tuple(ctx.args.sweep_kinds.split(","))
+    seqs = tuple(int(x) for x in ctx.args.sweep_seqs.split(","))
+    res = bench.sweep_configs(kinds=kinds, seqs=seqs, workers=ctx.args.compile_workers, log=ctx.log)
     (ctx.out / "sweep.json").write_text(json.dumps(res, indent=1))
     lines = ["| kernel | D | S | causal | best configs (ms) |", "|---|---|---|---|---|"]
     for r in res:
@@ -140,6 +142,8 @@ def step_flash_bench(ctx: Context) -> StepResult:
     impls = [n for n in bench.IMPLS if not (ctx.args.no_flex and n == "flex")]
     kw = dict(ds=(128,), seqs=(4096, 16384)) if ctx.args.quick else {}
     user = bench.load_user_kernel(ctx.args.kernel) if ctx.args.kernel else None
+    if ctx.args.compile_workers > 1:
+        bench.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
     rows = bench.bench_table(impls=impls, user_fn=user, log=ctx.log, **kw)
     table = bench.to_markdown(rows)
     ctx.log(table)
@@ -193,7 +197,9 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compiles are slow)")
     ap.add_argument("--kernel", help="also time a user's flash_attention(q, k, v, causal, sm_scale) from this file")
     ap.add_argument("--test-workers", type=int, default=8)
-    ap.add_argument("--compile-workers", type=int, default=12)
+    ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
+    ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
+    ap.add_argument("--sweep-seqs", default="16384", help="sequence lengths the sweep step times")
     args = ap.parse_args(argv)
 
     out = Path(os.environ.get("OUT") or "gpu-out")

@@ -49,9 +49,13 @@ def _grads(fn, q, k, v, do, dlse=None):
     return o.detach(), lse.detach(), q.grad, k.grad, v.grad
 
 
-@pytest.fixture(params=["tma", "pointers"])
+@pytest.fixture(params=["tma-prefetch", "tma-plain", "pointers-plain"])
 def tile_path(request, monkeypatch):
-    monkeypatch.setenv("DRILL_FLASH_TMA", "1" if request.param == "tma" else "0")
+    """Tile loads through tensor descriptors or pointers; forward key loop with or without prefetch."""
+    tiles, loop = request.param.split("-")
+    monkeypatch.setenv("DRILL_FLASH_TMA", "1" if tiles == "tma" else "0")
+    monkeypatch.setitem(flash_mod.INTERPRET_CONFIGS, "fwd", {**flash_mod.INTERPRET_CONFIGS["fwd"],
+                                                            "PREFETCH": loop == "prefetch"})
     return request.param
 
 
