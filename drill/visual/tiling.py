@@ -267,12 +267,16 @@ def legend(causal: bool, animated: bool = False, highlight: bool = False) -> Tex
     return text
 
 
-def sram_table(t: Tiling, i: int = 0, j: int = 0, title: str = "SRAM (one thread block)") -> Table:
+def sram_table(t: Tiling, i: int = 0, j: int = 0, title: str = "SRAM (one thread block)",
+               skipped: bool = False) -> Table:
+    """The tiles in SRAM; a skipped block loads no K_j, V_j and forms no S_ij."""
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("tile")
     table.add_column("shape", no_wrap=True)
     table.add_column("what it is", style="grey50")
     for name, shape, what in sram_tiles(t, i, j):
+        if skipped and name in ("K_j", "V_j", "S_ij", "P̃_ij"):
+            continue
         table.add_row(name, shape_text(shape), what)
     return table
 
@@ -331,6 +335,21 @@ def counters(t: Tiling, step: Step, dtype_bytes: int = 2) -> Text:
     return text
 
 
+def hbm_line(t: Tiling, step: Step) -> Text:
+    """The whole tensors in HBM and which rows of them are in SRAM at this step."""
+    r0, r1 = t.rows(step.i)
+    c0, c1 = t.cols(step.j)
+    text = Text("HBM  ", style="accent")
+    text.append(f"Q {shape_text((t.s_q, t.d))} rows {r0}:{r1} → Q_{step.i} · ")
+    if step.kind == SKIP:
+        text.append(f"K, V {shape_text((t.s_k, t.d))} (not read this step) · ")
+    else:
+        text.append(f"K, V {shape_text((t.s_k, t.d))} rows {c0}:{c1} → K_{step.j}, V_{step.j} · ")
+    text.append(f"O {shape_text((t.s_q, t.d))} · L {shape_text((t.s_q,))} · ")
+    text.append(f"S, P {shape_text((t.s_q, t.s_k))} never stored", style="grey50")
+    return text
+
+
 def frame(t: Tiling, step: Step, footer: str = "") -> Group:
     """One picture of the loop at `step`: grid, SRAM tiles, counters, the action in words."""
     total = t.tr * t.tc
@@ -342,9 +361,11 @@ def frame(t: Tiling, step: Step, footer: str = "") -> Group:
     side = Table.grid(padding=(0, 4))
     side.add_column()
     side.add_column()
-    side.add_row(grid, sram_table(t, step.i, step.j,
-                                  title=f"SRAM at (i={step.i}, j={step.j})"))
-    parts = [head, Text(""), side, legend(t.causal, animated=True, highlight=True), Text(""),
+    skipped = step.kind == SKIP
+    side.add_row(grid, sram_table(t, step.i, step.j, skipped=skipped,
+                                  title=f"SRAM at (i={step.i}, j={step.j})"
+                                  + (": skipped, nothing loaded" if skipped else "")))
+    parts = [head, hbm_line(t, step), Text(""), side, legend(t.causal, animated=True, highlight=True), Text(""),
              Text(step_action(t, step)), counters(t, step)]
     if footer:
         parts.append(Text(footer, style="grey50"))
