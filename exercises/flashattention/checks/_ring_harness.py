@@ -1,0 +1,321 @@
+"""Run a ring-attention submission on W gloo ranks and record what every rank did.
+
+usage: python _ring_harness.py USER_FILE WORK_DIR
+
+A script, not a pytest module: the hidden checks start it as a fresh interpreter. It
+imports torch once, then for every world size in WORK_DIR/plan.json forks W ranks.
+Each rank
+  * wraps the torch.distributed functions so every collective and every send/recv is
+    written down (before the user's file is imported, so `from torch.distributed import
+    all_gather` gets the wrapped one too),
+  * imports the user's file itself, joins a gloo group on 127.0.0.1,
+  * calls ring_attention on its shard of every case, saving (o, lse) to WORK_DIR.
+Ranks report over a pipe, one JSON object per line. This process kills ranks that stop
+making progress (a deadlock) and writes WORK_DIR/summary.json with every rank's events.
+
+Ranks are forked, never put in a new session: they stay in the grader's process group,
+which the grader kills at the end. They also die with this process (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+COLLECTIVES = (
+    "all_gather", "all_gather_into_tensor", "all_gather_object", "all_gather_coalesced", "_all_gather_base",
+    "all_reduce", "all_reduce_coalesced", "reduce", "broadcast", "broadcast_object_list", "all_to_all",
+    "all_to_all_single", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "gather",
+    "gather_object", "scatter", "scatter_object_list",
+)
+BLOCKING_P2P = ("send", "recv", "send_object_list", "recv_object_list")
+ASYNC_P2P = ("isend", "irecv")
+INIT_LIMIT_S = 40.0  # to import the user's file and join the group
+GRACE_S = 2.0  # how long the other ranks get once one rank has failed
+
+
+# --------------------------------------------------------------------------- in a rank
+
+
+class Rank:
+    def __init__(self, rank: int, world: int, wfd: int):
+        self.rank, self.world, self.wfd = rank, world, wfd
+        self.case = None  # the case being run; None while the harness itself communicates
+        self.depth = 0  # > 0 inside a recorded call: calls it makes itself are not recorded
+        self.originals = {}
+
+    def emit(self, **event) -> None:
+        data = (json.dumps(event, default=str) + "\n").encode()
+        while data:
+            data = data[os.write(self.wfd, data):]
+
+    def wrap_distributed(self) -> None:
+        """Replace the torch.distributed functions by recording wrappers, in both namespaces."""
+        for name in COLLECTIVES + BLOCKING_P2P + ASYNC_P2P + ("batch_isend_irecv",):
+            fn = getattr(c10d, name, None)
+            if fn is None:
+                continue
+            self.originals[name] = fn
+            wrapper = self._wrapper(name, fn)
+            setattr(c10d, name, wrapper)  # batch_isend_irecv and P2POp compare against these
+            if getattr(dist, name, None) is fn:
+                setattr(dist, name, wrapper)
+
+    def _wrapper(self, name, fn):
+        rank = self
+
+        def wrapper(*args, **kwargs):
+            if rank.depth or rank.case is None:
+                return fn(*args, **kwargs)
+            event = {"op": name, "case": rank.case}
+            if name == "batch_isend_irecv":
+                ops = args[0] if args else kwargs.get("p2p_op_list", [])
+                event["ops"] = [[getattr(getattr(p, "op", None), "__name__", "?"), getattr(p, "peer", None)]
+                                for p in (ops if isinstance(ops, (list, tuple)) else [])]
+            elif name in BLOCKING_P2P + ASYNC_P2P:
+                event["peer"] = _peer(name, args, kwargs)
+            blocking = name in BLOCKING_P2P
+            rank.emit(phase="enter" if blocking else "call", **event)
+            rank.depth += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rank.depth -= 1
+                if blocking:
+                    rank.emit(phase="exit", **event)
+
+        wrapper.__name__ = name
+        wrapper.__qualname__ = name
+        wrapper.__doc__ = fn.__doc__
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+    def barrier(self) -> None:
+        """The harness's own barrier (not recorded): keeps the cases apart."""
+        self.originals.get("_barrier", dist.barrier)()
+
+
+def _peer(name, args, kwargs):
+    """The rank a send/recv names (dst or src, positional or keyword)."""
+    keys = ("dst", "group_dst") if "send" in name else ("src", "group_src")
+    for key in keys:
+        if kwargs.get(key) is not None:
+            return kwargs[key]
+    if len(args) > 1 and isinstance(args[1], int):
+        return args[1]
+    return None
+
+
+def _user_line(exc: BaseException, user_file: str):
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == user_file:
+            line = frame.lineno
+    return line
+
+
+def _describe(exc: BaseException, user_file: str) -> dict:
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return {"type": type(exc).__name__, "message": text, "line": _user_line(exc, user_file)}
+
+
+def _as_array(x):
+    if not isinstance(x, torch.Tensor):
+        return None
+    return x.detach().to("cpu", torch.float64).numpy()
+
+
+def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases: list, inputs: dict,
+              wfd: int) -> None:
+    r = Rank(rank, world, wfd)
+    r.emit(event="start")
+    _die_with_parent()
+    torch.set_num_threads(1)
+    r.originals["_barrier"] = dist.barrier
+    r.wrap_distributed()
+
+    import importlib.util
+
+    try:
+        spec = importlib.util.spec_from_file_location("submission", user_file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["submission"] = module
+        spec.loader.exec_module(module)
+        fn = module.ring_attention
+    except BaseException as exc:  # noqa: BLE001 - reported, never raised
+        r.emit(event="load_error", **_describe(exc, user_file))
+        return
+
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        import datetime
+
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    except BaseException as exc:  # noqa: BLE001
+        r.emit(event="init_error", **_describe(exc, user_file))
+        return
+    r.emit(event="ready")
+
+    n = None
+    for case in cases:
+        name = case["name"]
+        full = [inputs[f"{name}_{t}"] for t in "qkv"]
+        n = full[0].shape[0] // world
+        shards = [torch.from_numpy(np.ascontiguousarray(x[rank * n:(rank + 1) * n])).clone() for x in full]
+        before = [s.clone() for s in shards]
+        r.barrier()
+        r.case = name
+        try:
+            out = fn(*shards, group=None, causal=bool(case["causal"]))
+        except BaseException as exc:  # noqa: BLE001 - the rank stops here; the launcher sees why
+            r.case = None
+            r.emit(event="case_error", case=name, **_describe(exc, user_file))
+            return
+        r.case = None
+        changed = [t for t, a, b in zip("qkv", shards, before)
+                   if a.shape != b.shape or not torch.equal(a.nan_to_num(7.25), b.nan_to_num(7.25))]
+        result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__}
+        if isinstance(out, (tuple, list)) and len(out) == 2:
+            o, lse = out
+            result["types"] = [type(o).__name__, type(lse).__name__]
+            result["shapes"] = [list(x.shape) if hasattr(x, "shape") else None for x in (o, lse)]
+            arrays = {k: a for k, a in (("o", _as_array(o)), ("lse", _as_array(lse))) if a is not None}
+            np.savez(os.path.join(work, f"W{world}_r{rank}_{name}.npz"), **arrays)
+        r.emit(**result)
+    r.barrier()  # every receive of every rank has completed: safe to leave
+    r.emit(event="finished")
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this rank if the launcher dies, so no rank outlives a killed check."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux: the grader's process-group kill still applies
+        pass
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(world: int, user_file: str, work: str, plan: dict) -> dict:
+    inputs = dict(np.load(os.path.join(work, f"inputs_W{world}.npz")))
+    port = _free_port()
+    ranks = []
+    for rank in range(world):
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the rank
+            code = 0
+            try:
+                os.close(rfd)
+                for other in ranks:
+                    os.close(other["fd"])
+                rank_main(rank, world, port, user_file, work, plan["cases"], inputs, wfd)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        os.close(wfd)
+        ranks.append({"pid": pid, "fd": rfd, "buf": b"", "events": [], "open": True})
+    return _watch(world, ranks, plan)
+
+
+def _watch(world: int, ranks: list, plan: dict) -> dict:
+    """Collect events until every rank is done; kill ranks that stop making progress."""
+    started = time.monotonic()
+    progress_limit = float(plan.get("progress_limit_s", 10.0))
+    last_progress = started
+    failed_at = None
+    status = "ok"
+    while any(r["open"] for r in ranks):
+        now = time.monotonic()
+        ready = all(any(e.get("event") == "ready" for e in r["events"]) for r in ranks)
+        if failed_at is not None and now - failed_at > GRACE_S:
+            status = "failed"
+            break
+        if failed_at is None and not ready and now - started > INIT_LIMIT_S:
+            status = "init_timeout"
+            break
+        if failed_at is None and ready and now - last_progress > progress_limit:
+            status = "stuck"
+            break
+        fds = [r["fd"] for r in ranks if r["open"]]
+        readable, _, _ = select.select(fds, [], [], 0.05)
+        for r in ranks:
+            if r["fd"] not in readable:
+                continue
+            chunk = os.read(r["fd"], 65536)
+            if not chunk:
+                r["open"] = False
+                if not any(e.get("event") == "finished" for e in r["events"]) and failed_at is None:
+                    r["events"].append({"event": "died"})
+                    failed_at = time.monotonic()
+                continue
+            r["buf"] += chunk
+            *lines, r["buf"] = r["buf"].split(b"\n")
+            for line in lines:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                r["events"].append(event)
+                kind = event.get("event")
+                if kind in ("case_done", "finished", "ready"):
+                    last_progress = time.monotonic()
+                if kind in ("load_error", "init_error", "case_error") and failed_at is None:
+                    failed_at = time.monotonic()
+    if failed_at is not None and status == "ok":
+        status = "failed"
+    for r in ranks:
+        if r["open"]:
+            r["events"].append({"event": "killed"})
+        try:
+            os.kill(r["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(r["pid"], 0)
+        os.close(r["fd"])
+    return {"world": world, "status": status, "seconds": round(time.monotonic() - started, 3),
+            "ranks": [r["events"] for r in ranks]}
+
+
+def main(argv: list[str]) -> int:
+    user_file, work = argv
+    with open(os.path.join(work, "plan.json"), encoding="utf-8") as f:
+        plan = json.load(f)
+    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # never depend on the hostname resolving
+    summary = {"worlds": []}
+    for world in plan["worlds"]:
+        summary["worlds"].append(run_world(world, user_file, work, plan))
+        with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,254 @@
+"""Start the ring-attention ranks once per grading and explain what happened in them.
+
+Not collected by pytest (leading underscore). `launch` writes the inputs, runs
+_ring_harness.py in a fresh interpreter (which forks W gloo ranks per world size) and
+returns a `Runs` object the checks query: per world size, per rank, per case, the
+(o, lse) a rank returned, the communication calls it made, or why it has no result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HARNESS = Path(__file__).with_name("_ring_harness.py")
+WORLDS = (2, 3, 4)
+PROGRESS_LIMIT_S = 8.0  # no rank finished a case for this long: the ranks are stuck
+LAUNCH_LIMIT_S = 100.0  # the whole launcher, a backstop only
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    causal: bool
+    n: int  # rows per rank
+    d: int
+    spread: float  # q and k entries ~ N(0, spread²): scores ~ N(0, spread⁴)
+    poison_last_v: bool = False  # the last shard's V is NaN: only a rank that uses it sees NaN
+
+    def call(self, world: int, rank: int) -> str:
+        return (f"ring_attention(q, k, v, group=None, causal={self.causal}) on rank {rank} of {world}, "
+                f"shards [{self.n}, {self.d}] of a sequence of {self.n * world}")
+
+
+CASES = (
+    Case("plain", causal=False, n=5, d=8, spread=1.0),
+    Case("causal", causal=True, n=5, d=8, spread=1.0),
+    Case("large", causal=False, n=4, d=4, spread=32.0),  # scores of about ±1e3
+    Case("large_causal", causal=True, n=4, d=4, spread=32.0),
+    Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
+)
+BY_NAME = {c.name: c for c in CASES}
+
+
+def make_inputs(world: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(6060 + world)
+    arrays = {}
+    for case in CASES:
+        s = case.n * world
+        q = rng.normal(scale=case.spread, size=(s, case.d))
+        k = rng.normal(scale=case.spread, size=(s, case.d))
+        v = rng.normal(size=(s, case.d))
+        if case.poison_last_v:
+            v[(world - 1) * case.n:] = np.nan
+        arrays.update({f"{case.name}_q": q, f"{case.name}_k": k, f"{case.name}_v": v})
+    return arrays
+
+
+class Runs:
+    """Everything the ranks reported, for every world size."""
+
+    def __init__(self, work: Path, inputs: dict, summary: dict | None, launch_error: str = ""):
+        self.work = work
+        self.inputs = inputs
+        self.launch_error = launch_error
+        self.worlds = {w["world"]: w for w in (summary or {}).get("worlds", [])}
+
+    # ---- raw access
+
+    def events(self, world: int, rank: int) -> list[dict]:
+        return self.worlds[world]["ranks"][rank]
+
+    def done(self, world: int, rank: int, case: str) -> dict | None:
+        for e in self.events(world, rank):
+            if e.get("event") == "case_done" and e.get("case") == case:
+                return e
+        return None
+
+    def arrays(self, world: int, rank: int, case: str) -> dict[str, np.ndarray]:
+        path = self.work / f"W{world}_r{rank}_{case}.npz"
+        if not path.exists():
+            return {}
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+
+    def ops(self, world: int, rank: int, case: str | None = None) -> list[dict]:
+        """Recorded communication calls (entries only), optionally of one case."""
+        return [e for e in self.events(world, rank)
+                if "op" in e and e.get("phase") != "exit" and (case is None or e.get("case") == case)]
+
+    def full(self, world: int, case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return tuple(self.inputs[world][f"{case}_{t}"] for t in "qkv")
+
+    # ---- why a case has no result
+
+    def problem(self, world: int, case: str | None = None) -> str:
+        """'' if every rank finished `case` (or everything, for None); else the reason, for the learner."""
+        run = self.worlds.get(world)
+        if run is None:
+            return self.launch_error or f"the ranks for W = {world} were never started"
+        if case is not None and all(self.done(world, r, case) for r in range(world)):
+            return ""
+        if case is None and run["status"] == "ok":
+            return ""
+        return self._explain(world, run)
+
+    def _explain(self, world: int, run: dict) -> str:
+        for rank, events in enumerate(run["ranks"]):
+            for e in events:
+                kind = e.get("event")
+                if kind == "load_error":
+                    return f"with W = {world}, rank {rank} could not import your file: {_exc(e)}"
+                if kind == "init_error":
+                    return (f"with W = {world}, rank {rank} could not join the gloo process group ({_exc(e)}); "
+                            "this is a problem of the machine or of drill, not of your code")
+                if kind == "case_error":
+                    if e["type"] == "NotImplementedError":
+                        return f"not written yet: ring_attention raises NotImplementedError{_where(e)}; replace the TODO"
+                    return (f"with W = {world}, rank {rank} raised {e['type']}"
+                            f"{': ' + e['message'] if e['message'] else ''}{_where(e)} in the case "
+                            f"'{e['case']}' ({_case_words(e['case'])})")
+                if kind == "died":
+                    return (f"with W = {world}, rank {rank} ended abruptly (os._exit, a crash, or out of memory) "
+                            "before it finished")
+        if run["status"] == "init_timeout":
+            return f"with W = {world}, the ranks did not all join the process group within the time allowed"
+        if run["status"] == "stuck":
+            return self._deadlock(world, run)
+        return f"with W = {world}, the ranks did not finish (status {run['status']})"
+
+    def _deadlock(self, world: int, run: dict) -> str:
+        stuck_case = None
+        last_ops = []
+        for rank, events in enumerate(run["ranks"]):
+            done = {e["case"] for e in events if e.get("event") == "case_done"}
+            pending = [c.name for c in CASES if c.name not in done]
+            stuck_case = stuck_case or (pending[0] if pending else None)
+            entered = [e for e in events if "op" in e]
+            last_ops.append(_open_blocking(entered))
+        where = f" in the case '{stuck_case}' ({_case_words(stuck_case)})" if stuck_case else ""
+        head = f"ranks deadlocked: with W = {world}, no rank finished for {PROGRESS_LIMIT_S:g} s{where}"
+        if all(op in ("send", "send_object_list") for op in last_ops):
+            return (head + "; every rank is inside a blocking dist.send, and none has posted a receive. "
+                    "A blocking send waits until the peer receives (gloo always; NCCL for large tensors), "
+                    "so a ring where every rank sends first never moves: use isend/irecv or batch_isend_irecv")
+        if all(op in ("recv", "recv_object_list") for op in last_ops):
+            return (head + "; every rank is inside a blocking dist.recv, waiting for a message nobody sent: "
+                    "post the sends before (or together with) the receives, e.g. with batch_isend_irecv")
+        blocked = ", ".join(f"rank {r}: {op or 'not in send/recv'}" for r, op in enumerate(last_ops))
+        return (head + f" ({blocked}). Some rank waits for a message no other rank sends: every isend needs "
+                "a matching irecv on the neighbour (same count, same order), and every request must be waited on")
+
+
+def _open_blocking(op_events: list[dict]) -> str | None:
+    """The blocking send/recv a rank entered and never left, if any."""
+    depth = {}
+    last = None
+    for e in op_events:
+        if e.get("phase") == "enter":
+            depth[e["op"]] = depth.get(e["op"], 0) + 1
+            last = e["op"]
+        elif e.get("phase") == "exit":
+            depth[e["op"]] = depth.get(e["op"], 0) - 1
+    return last if last and depth.get(last, 0) > 0 else None
+
+
+def _exc(e: dict) -> str:
+    return f"{e['type']}{': ' + e['message'] if e.get('message') else ''}{_where(e)}"
+
+
+def _where(e: dict) -> str:
+    return f" (your file, line {e['line']})" if e.get("line") else ""
+
+
+def _case_words(name: str) -> str:
+    c = BY_NAME.get(name)
+    if c is None:
+        return name
+    bits = ["causal" if c.causal else "no mask", f"[{c.n}, {c.d}] per rank"]
+    if c.spread > 4:
+        bits.append("scores of about ±1e3")
+    if c.poison_last_v:
+        bits.append("the last shard's V is NaN")
+    return ", ".join(bits)
+
+
+def launch(user_file: str, work: Path) -> Runs:
+    """Write the inputs and the plan, run the harness, read what the ranks reported."""
+    inputs = {w: make_inputs(w) for w in WORLDS}
+    for w, arrays in inputs.items():
+        np.savez(work / f"inputs_W{w}.npz", **arrays)
+    plan = {"worlds": list(WORLDS), "progress_limit_s": PROGRESS_LIMIT_S,
+            "cases": [{"name": c.name, "causal": c.causal} for c in CASES]}
+    (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    error = ""
+    try:
+        proc = subprocess.run([sys.executable, str(HARNESS), user_file, str(work)], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=LAUNCH_LIMIT_S)
+        if proc.returncode != 0:
+            tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["?"]
+            error = f"the ranks could not be started (a problem in drill or its torch install): {tail[0]}"
+    except subprocess.TimeoutExpired:
+        error = f"the ranks did not finish within {LAUNCH_LIMIT_S:g} s"
+    summary = None
+    path = work / "summary.json"
+    if path.exists():
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    return Runs(work, inputs, summary, error)
+
+
+# --------------------------------------------------------------------------- float64 attention
+
+
+def shard_of(world: int, n: int) -> np.ndarray:
+    """Shard index of every global position."""
+    return np.repeat(np.arange(world), n)
+
+
+def partials(q, k, v, n: int, visible: np.ndarray):
+    """Per key shard: (O_s [s, d], L_s [s]) of every query over that shard's visible keys."""
+    scores = (q @ k.T) / math.sqrt(q.shape[1])
+    parts = []
+    for start in range(0, k.shape[0], n):
+        cols = slice(start, start + n)
+        s = np.where(visible[:, cols], scores[:, cols], -np.inf)
+        m = s.max(axis=1)
+        safe = np.where(np.isfinite(m), m, 0.0)
+        with np.errstate(under="ignore"):
+            e = np.exp(s - safe[:, None])
+            total = e.sum(axis=1)
+            with np.errstate(divide="ignore"):
+                lse = np.where(total > 0, safe + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+            o = (e / np.where(total > 0, total, 1.0)[:, None]) @ v[cols]
+        parts.append((o, lse))
+    return parts
+
+
+def combine(parts, weights=None):
+    """Attention over the union of the parts, each counted weights[i] times (0 leaves it out)."""
+    weights = [1] * len(parts) if weights is None else weights
+    ls = np.stack([L + math.log(w) if w > 0 else np.full_like(L, -np.inf) for (o, L), w in zip(parts, weights)])
+    m = ls.max(axis=0)
+    safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(under="ignore", divide="ignore"):
+        e = np.exp(ls - safe)  # [parts, s]
+        total = e.sum(axis=0)
+        lse = np.where(total > 0, safe + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+        o = sum(e[i][:, None] * parts[i][0] for i in range(len(parts))) / np.where(total > 0, total, 1.0)[:, None]
+    return o, lse

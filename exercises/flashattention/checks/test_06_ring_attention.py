@@ -1,0 +1,347 @@
+"""Hidden checks for 06_ring_attention.py.
+
+Your file runs in W = 2, 3 and 4 processes (gloo on 127.0.0.1), each holding one
+contiguous shard of q, k and v. The ranks start once for all checks (_ring_runs.py);
+every rank's (o, lse) is compared here with full attention in float64, and the
+communication calls each rank made are inspected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drill.grader import submission
+from drill.grader.expect import CheckFailure, close, fail, matches, show
+
+from ._ring_runs import BY_NAME, CASES, WORLDS, combine, launch, partials, shard_of
+
+P2P_SENDS = ("send", "isend", "send_object_list")
+P2P_RECVS = ("recv", "irecv", "recv_object_list")
+P2P = P2P_SENDS + P2P_RECVS + ("batch_isend_irecv",)
+TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    with tempfile.TemporaryDirectory(prefix="drill-ring-") as work:
+        yield launch(submission.path(), Path(work))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def visible(world: int, n: int, causal: bool) -> np.ndarray:
+    """[s, s]: may the query at global position i see the key at j?"""
+    pos = np.arange(world * n)
+    return pos[None, :] <= pos[:, None] if causal else np.ones((world * n, world * n), dtype=bool)
+
+
+def _outputs(runs, world: int, case: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every rank's (o, lse) for a case as float64 arrays, or a failure saying why there is none."""
+    c = BY_NAME[case]
+    why = runs.problem(world, case)
+    if why:
+        fail(why, called=c.call(world, 0))
+    out = []
+    for rank in range(world):
+        event = runs.done(world, rank, case)
+        arrays = runs.arrays(world, rank, case)
+        call = c.call(world, rank)
+        if event.get("types") is None:
+            fail("ring_attention must return a pair (o, lse)", called=call, got=f"a {event['returned']}",
+                 expected=f"(o, lse): tensors of shapes [{c.n}, {c.d}] and [{c.n}]")
+        if "o" not in arrays or "lse" not in arrays:
+            fail("o and lse must be torch tensors", called=call, got=f"({', '.join(event['types'])})",
+                 expected="(torch.Tensor, torch.Tensor)")
+        out.append((arrays["o"], arrays["lse"]))
+    return out
+
+
+def _reference(runs, world: int, case: str, vis: np.ndarray | None = None):
+    c = BY_NAME[case]
+    q, k, v = runs.full(world, case)
+    vis = visible(world, c.n, c.causal) if vis is None else vis
+    # NaN V rows (future_nan) are replaced by 0: the ranks checked never see them.
+    parts = partials(q, k, np.nan_to_num(v, nan=0.0), c.n, vis)
+    return parts, combine(parts)
+
+
+def _check(got, want, call, what, tol, diagnose) -> None:
+    """close(), with the (costly) diagnosis computed only when the values are wrong."""
+    try:
+        close(got, want, call, atol=tol, rtol=tol, what=what)
+    except CheckFailure:
+        hint = diagnose() if np.shape(got) == np.shape(want) else ""
+        close(got, want, call, atol=tol, rtol=tol, what=what, hint=hint)
+
+
+def _shard_list(shards) -> str:
+    return ", ".join(str(s) for s in shards)
+
+
+def _which_shards(parts, rows, got, index: int, rank: int, world: int) -> str:
+    """Name the shards the result covers if it is attention over a wrong multiset of shards."""
+    alive = [s for s, (_, lse) in enumerate(parts) if np.isfinite(lse[rows]).any()]  # shards this rank may see
+    for weights in itertools.product((0, 1, 2), repeat=len(alive)):
+        if all(w == 1 for w in weights) or not any(weights):
+            continue
+        full = [0] * world
+        for s, w in zip(alive, weights):
+            full[s] = w
+        candidate = combine(parts, full)[index][rows]
+        if matches(got, candidate, atol=1e-7):
+            missing = [s for s, w in zip(alive, weights) if w == 0]
+            twice = [s for s, w in zip(alive, weights) if w == 2]
+            words = []
+            if missing:
+                own = " (its own)" if rank in missing else ""
+                words.append(f"leaves out shard {_shard_list(missing)}{own}")
+            if twice:
+                words.append(f"counts shard {_shard_list(twice)} twice")
+            return (f"rank {rank}'s result is attention over the wrong shards: it {' and '.join(words)}. "
+                    f"Merge each shard it may see exactly once: its own at step 0, then one per hop, "
+                    f"{world - 1} hops in all")
+    return ""
+
+
+def _mask_variants(world: int, n: int, rank: int):
+    """Wrong causal masks a ring implementation produces, as (visible [s, s], explanation)."""
+    pos = np.arange(world * n)
+    shard = shard_of(world, n)
+    local = pos % n
+    i, j = pos[:, None], pos[None, :]
+    # Data of shard s handled as if it came from shard 2r - s (the ring turned the other way).
+    mirrored = ((2 * rank - shard) % world) * n + local
+    return [
+        (local[None, :] <= local[:, None],
+         "the causal mask uses positions inside the shard: query i of a shard sees key j of every shard when "
+         "j <= i. Compare global positions instead: a shard from an earlier rank is visible in full, a later "
+         "one not at all, and only the rank's own shard needs the triangle"),
+        (mirrored[None, :] <= i,
+         "the positions used for the mask belong to a different shard than the K/V actually held: after t hops "
+         "the buffer holds the shard of rank (rank - t) mod W when you receive from rank - 1 (or rank + t when "
+         "you receive from rank + 1)"),
+        ((j <= i) | (shard[None, :] > shard[:, None]),
+         "only the rank's own shard is masked: shards from later ranks (entirely in the future) must be "
+         "skipped, not used in full"),
+        (j < i,
+         "the diagonal is masked too: a query sees its own key (j <= i, not j < i)"),
+        ((j <= i) & (shard[None, :] == shard[:, None]),
+         "only the rank's own shard is used: the shards from earlier ranks are visible in full"),
+    ]
+
+
+def _diagnose(runs, world: int, case: str, rank: int, got: np.ndarray, index: int) -> str:
+    """Why rank `rank`'s o (index 0) or lse (index 1) is wrong, if it matches a known mistake."""
+    c = BY_NAME[case]
+    rows = slice(rank * c.n, (rank + 1) * c.n)
+    parts, (o_ref, l_ref) = _reference(runs, world, case)
+    if not np.isfinite(got).all() and np.isfinite((o_ref, l_ref)[index][rows]).all():
+        if c.spread > 4:
+            return ("the merge overflowed: with scores near 1e3, exp(lse) is inf. Weight each part by "
+                    "exp(L_i - L) with L = logaddexp(L1, L2) = max + log1p(exp(-|L1 - L2|)); every weight is <= 1")
+        return "NaN or inf: a row or block with no visible key gave exp(-inf - (-inf)), or a merge overflowed"
+    if c.causal:
+        for vis, why in _mask_variants(world, c.n, rank):
+            if matches(got, combine(partials(*_inputs(runs, world, case), c.n, vis))[index][rows], atol=1e-7):
+                return why
+    named = _which_shards(parts, rows, got, index, rank, world)
+    if named:
+        return named
+    if index == 0:
+        seen = [p for p in parts if np.isfinite(p[1][rows]).all()]
+        if len(seen) > 1 and matches(got, sum(p[0][rows] for p in seen) / len(seen), atol=1e-7):
+            return ("the partial outputs were averaged: weight each by exp(L_i - L), its share of the total "
+                    "softmax mass, where L = logaddexp over the parts")
+        return ""
+    q, k, _ = _inputs(runs, world, case)
+    scores = np.where(visible(world, c.n, c.causal), (q @ k.T) / math.sqrt(c.d), -np.inf)[rows]
+    rowmax = scores.max(axis=1)
+    known = [
+        (rowmax, "lse is the running max m; the logsumexp is m + log(l)"),
+        (l_ref[rows] / math.log(2), "lse is in base 2 (from exp2): multiply by ln 2 for the natural log"),
+        (l_ref[rows] - rowmax, "lse is log(l) without the running max added back: L = m + log(l)"),
+        (np.exp(l_ref[rows] - rowmax), "that is l, the sum of exponentials; return L = m + log(l)"),
+    ]
+    known += [(p[1][rows], f"lse is the logsumexp of shard {s} alone: update it at every merge, "
+               "L = logaddexp(L, L_block)") for s, p in enumerate(parts) if np.isfinite(p[1][rows]).all()]
+    for candidate, why in known:
+        if matches(got, candidate, atol=1e-7):
+            return why
+    return ""
+
+
+def _inputs(runs, world: int, case: str):
+    q, k, v = runs.full(world, case)
+    return q, k, np.nan_to_num(v, nan=0.0)
+
+
+def _compare_case(runs, world: int, case: str, ranks=None) -> None:
+    c = BY_NAME[case]
+    outs = _outputs(runs, world, case)
+    _, (o_ref, l_ref) = _reference(runs, world, case)
+    for rank in (range(world) if ranks is None else ranks):
+        o, lse = outs[rank]
+        rows = slice(rank * c.n, (rank + 1) * c.n)
+        call = c.call(world, rank)
+        _check(o, o_ref[rows], call, f"rank {rank}'s o", TOL[case],
+               lambda: _diagnose(runs, world, case, rank, o, 0))
+        _check(lse, l_ref[rows], call, f"rank {rank}'s lse", TOL[case],
+               lambda: _diagnose(runs, world, case, rank, lse, 1))
+
+
+def _completed(runs, world: int) -> list[str]:
+    return [c.name for c in CASES if not runs.problem(world, c.name)]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def test_ranks_finish(runs):
+    """Every rank finishes: no deadlock, no error, no rank left waiting"""
+    for world in WORLDS:
+        why = runs.problem(world)
+        if why:
+            fail(why, called=f"ring_attention on each of {world} ranks, for {len(CASES)} cases")
+
+
+def test_point_to_point(runs):
+    """K/V shards travel by point-to-point send/recv, not by collectives"""
+    ran = False
+    for world in WORLDS:
+        for rank in range(world):
+            for op in runs.ops(world, rank):
+                if op["op"] not in P2P:
+                    fail(f"rank {rank} called dist.{op['op']} (W = {world}, case '{op['case']}')",
+                         called=BY_NAME[op["case"]].call(world, rank), got=f"dist.{op['op']}",
+                         expected="only isend/irecv, batch_isend_irecv or send/recv",
+                         hint="ring attention passes each K/V shard to the next rank, one hop per step, so a rank "
+                              "holds one remote shard at a time; a collective gathers every shard everywhere at "
+                              "once, the memory ring attention exists to avoid")
+        if "plain" not in _completed(runs, world):
+            continue
+        ran = True
+        for rank in range(world):
+            received = _receives(runs.ops(world, rank, "plain"))
+            if len(received) < world - 1:
+                fail(f"rank {rank} received {len(received)} message(s) with W = {world}",
+                     called=BY_NAME["plain"].call(world, rank), got=f"{len(received)} receive(s)",
+                     expected=f"at least {world - 1}: one K/V shard per hop",
+                     hint="without a mask every rank needs all W shards: its own plus W-1 that arrive "
+                          "one hop at a time")
+    if not ran:
+        fail(runs.problem(WORLDS[0], "plain") or "no case finished", called="ring_attention on each rank")
+
+
+def _sends(ops) -> list:
+    out = [op.get("peer") for op in ops if op["op"] in P2P_SENDS]
+    for op in ops:
+        out += [peer for name, peer in op.get("ops", []) if name == "isend"]
+    return out
+
+
+def _receives(ops) -> list:
+    out = [op.get("peer") for op in ops if op["op"] in P2P_RECVS]
+    for op in ops:
+        out += [peer for name, peer in op.get("ops", []) if name == "irecv"]
+    return out
+
+
+def test_ring_neighbours(runs):
+    """Each rank sends to one ring neighbour only and receives from the other only"""
+    checked = False
+    for world in WORLDS:
+        if world < 3 or "plain" not in _completed(runs, world):
+            continue
+        checked = True
+        for rank in range(world):
+            ops = runs.ops(world, rank)
+            to, frm = set(_sends(ops)), set(_receives(ops))
+            neighbours = {(rank + 1) % world, (rank - 1) % world}
+            ok = len(to) == 1 and len(frm) == 1 and to <= neighbours and frm <= neighbours and to != frm
+            if not ok:
+                fail(f"rank {rank} of {world} sent to rank(s) {sorted(to, key=str)} and received from "
+                     f"{sorted(frm, key=str)}", called=BY_NAME["plain"].call(world, rank),
+                     got=f"sends to {sorted(to, key=str)}, receives from {sorted(frm, key=str)}",
+                     expected=f"sends to {(rank + 1) % world} and receives from {(rank - 1) % world} (or the reverse)",
+                     hint="in a ring each rank forwards the shard it holds to its next neighbour and gets the "
+                          "previous neighbour's, so after W-1 hops every shard has visited every rank; sending "
+                          "your shard straight to every rank is an all-gather in disguise"
+                     + ("; receive with an explicit src" if None in frm else ""))
+    if not checked:
+        fail(runs.problem(3, "plain") or "no case finished", called="ring_attention on each rank")
+
+
+def test_shapes(runs):
+    """Each rank returns its own rows: o of shape [s/W, d] and lse of shape [s/W]"""
+    c = BY_NAME["plain"]
+    for world in WORLDS:
+        outs = _outputs(runs, world, "plain")
+        for rank, (o, lse) in enumerate(outs):
+            call = c.call(world, rank)
+            if o.shape != (c.n, c.d):
+                fail("o has the wrong shape", called=call, got=f"shape {o.shape}", expected=f"shape {(c.n, c.d)}",
+                     hint="return only this rank's rows of the output" if o.shape[:1] == (c.n * world,) else "")
+            if lse.shape != (c.n,):
+                hint = "one number per row: drop the trailing dimension of size 1" if lse.shape == (c.n, 1) else ""
+                fail("lse has the wrong shape", called=call, got=f"shape {lse.shape}", expected=f"shape {(c.n,)}",
+                     hint=hint)
+
+
+@pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"W={w}")
+def test_full_attention(runs, world):
+    """Without a mask, every rank's o and lse match full attention"""
+    _compare_case(runs, world, "plain")
+
+
+@pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"W={w}")
+def test_causal(runs, world):
+    """Causal: each query sees exactly the keys at global positions up to its own"""
+    _compare_case(runs, world, "causal")
+
+
+def test_large_logits(runs):
+    """Scores of about ±1e3 keep o and lse finite and exact"""
+    for world in WORLDS:
+        for case in ("large", "large_causal"):
+            _compare_case(runs, world, case)
+
+
+def test_skips_future_shards(runs):
+    """Causal: a shard entirely in a rank's future is skipped, not computed and masked"""
+    c = BY_NAME["future_nan"]
+    for world in WORLDS:
+        outs = _outputs(runs, world, "future_nan")
+        for rank in range(world - 1):
+            o, lse = outs[rank]
+            if not np.isfinite(o).all():
+                fail(f"rank {rank}'s o contains NaN", called=c.call(world, rank) + "; the last shard's V is NaN",
+                     got=show(o), expected="finite values: the NaN shard lies entirely after this rank's queries",
+                     hint="the rank computed with a shard that starts after all of its queries and masked it "
+                          "away; a fully masked block contributes nothing, so skip it (src > rank). That skip "
+                          "is what saves about half the work of causal ring attention")
+        _compare_case(runs, world, "future_nan", ranks=range(world - 1))
+
+
+def test_inputs_unchanged(runs):
+    """q, k and v are left unchanged"""
+    finished = False
+    for world in WORLDS:
+        for case in _completed(runs, world):
+            finished = True
+            for rank in range(world):
+                changed = runs.done(world, rank, case)["changed"]
+                if changed:
+                    fail(f"rank {rank}'s {' and '.join(changed)} changed during the call (W = {world})",
+                         called=BY_NAME[case].call(world, rank), got=f"{', '.join(changed)} overwritten",
+                         expected="q, k and v as they were passed in",
+                         hint="receive into buffers of your own (torch.empty_like), never into the caller's "
+                              "tensors: the caller still owns its shard")
+    if not finished:
+        fail(runs.problem(WORLDS[0], "plain") or "no case finished", called="ring_attention on each rank")
