@@ -124,6 +124,7 @@ def test_loop_reruns_on_save_and_enter_moves_on_with_n_and_quits_on_q(monkeypatc
     assert not any(state[0] for _, state in watchers)  # every watcher closed
     assert code == 2  # the last (fake) cycle could not be graded
     assert any("unknown key 'what'" in getattr(r, "plain", "") for r in shown)
+    assert any("n moves on once this file passes" in getattr(r, "plain", "") for r in shown)
 
 
 class Session:

@@ -205,6 +205,9 @@ def watch_loop(path: Path, store: Store, timeout: float | None, events: queue.Qu
                 path = cycle.next_path
                 watcher = watcher_factory(path, events)
                 cycle = _check_and_show(path, store, timeout, show)
+            elif key == "n":
+                show(Text("n moves on once this file passes and the next exercise's file is in your "
+                          "workspace (drill start puts it there)", style="muted"))
             elif key in ("", "r"):
                 cycle = _check_and_show(path, store, timeout, show)
             else:
