@@ -1,0 +1,446 @@
+"""Support for the triton-forward checks: where the kernel runs, inputs, float64 references,
+known mistakes, poisoned output buffers, launch recording and timing.
+
+Not collected by pytest (leading underscore). The references build full S×S score
+matrices on purpose: they are the yardstick, not an answer to copy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from drill.grader import submission
+from drill.grader.expect import fail, max_error, show
+
+# Every output element is a weighted mean of rows of v, so |o| <= max|v| (a few units here):
+# this value can never be a real output, and it is exact in fp16, bf16 and fp32.
+POISON = -32768.0
+BLOCK_CANDIDATES = (16, 32, 64, 128)  # key block sizes a kernel might use, for naming mistakes
+# Smallest tolerance, times max(1, max|expected|): a few units of the dtype's rounding.
+FLOOR = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+# --------------------------------------------------------------------------- where it runs
+
+
+def interpreter_on() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How this run grades: under the interpreter (CPU, fp32) or on a CUDA GPU (fp16)."""
+
+    name: str  # "interpreter" | "gpu"
+    device: str
+    dtype: torch.dtype
+
+    @property
+    def gpu(self) -> bool:
+        return self.name == "gpu"
+
+
+def current_mode() -> Mode | None:
+    # The interpreter wins when it is on: it runs on CPU tensors even on a GPU machine.
+    if interpreter_on():
+        return Mode("interpreter", "cpu", torch.float32)
+    if torch.cuda.is_available():
+        return Mode("gpu", "cuda", torch.float16)
+    return None
+
+
+NO_MODE = ("no CUDA GPU here and the Triton interpreter is off, so the kernel cannot run: "
+           "drill sets TRITON_INTERPRET=1 when it finds no nvidia-smi; on a machine with "
+           "nvidia-smi but no CUDA build of torch, run with TRITON_INTERPRET=1 in the environment")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def make_qkv(B, H, S, D, mode: Mode, *, seed: int, scale: float = 1.0, layout: str = "contiguous",
+             dtype: torch.dtype | None = None):
+    """q, k, v [B, H, S, D] drawn from N(0, scale²) on the mode's device.
+
+    layout="strided" gives each tensor a layout of its own, as in a real model:
+      q  a transposed view of a [B, S, H, D] projection (head stride D, row stride H·D)
+      k  contiguous [B, H, S, D]
+      v  the second half of a packed [B, H, S, 2D] key-value tensor (row stride 2D)
+    """
+    dtype = dtype or mode.dtype
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(*shape):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype).to(mode.device)
+
+    if layout == "contiguous":
+        return draw(B, H, S, D), draw(B, H, S, D), draw(B, H, S, D)
+    q = draw(B, S, H, D).transpose(1, 2)
+    k = draw(B, H, S, D)
+    v = draw(B, H, S, 2 * D)[..., D:]
+    return q, k, v
+
+
+def describe(q, causal, sm_scale) -> str:
+    B, H, S, D = q.shape
+    layout = "" if q.is_contiguous() else ", non-contiguous q, k, v"
+    scale = "" if sm_scale is None else f", sm_scale={sm_scale:g}"
+    return (f"flash_attention(q, k, v{', causal=True' if causal else ''}{scale}) with "
+            f"B={B}, H={H}, S={S}, D={D}, {str(q.dtype).removeprefix('torch.')}{layout}")
+
+
+# --------------------------------------------------------------------------- references
+
+
+def default_scale(D: int, sm_scale) -> float:
+    return 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+
+
+def causal_keep(S: int, device, shift: int = 0) -> torch.Tensor:
+    """[S, S] bool: query i sees key j iff j <= i + shift (shift 0 is the contract)."""
+    i = torch.arange(S, device=device)
+    return i[None, :] <= i[:, None] + shift
+
+
+def attention64(q, k, v, scale: float, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Float64 softmax(q kᵀ · scale) v; `keep` masks scores to -inf. Rows seeing no key give NaN."""
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if keep is not None:
+        s = s.masked_fill(~keep, -math.inf)
+    return torch.softmax(s, dim=-1) @ v.double()
+
+
+def reference(q, k, v, causal: bool, sm_scale) -> torch.Tensor:
+    S, D = q.shape[2], q.shape[3]
+    return attention64(q, k, v, default_scale(D, sm_scale), causal_keep(S, q.device) if causal else None)
+
+
+def naive_low_precision(q, k, v, causal: bool, scale: float) -> torch.Tensor:
+    """Attention as three plain torch ops in the inputs' own dtype: the accuracy yardstick."""
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~causal_keep(q.shape[2], q.device), -math.inf)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def tolerance(q, k, v, causal: bool, sm_scale, ref: torch.Tensor) -> tuple[float, float]:
+    """(allowed error, naive attention's error): twice naive's error in the same dtype, with a floor."""
+    naive = naive_low_precision(q, k, v, causal, default_scale(q.shape[3], sm_scale))
+    naive_err = float((naive.double() - ref).abs().max())
+    floor = FLOOR.get(q.dtype, 2e-5) * max(1.0, float(ref.abs().max()))
+    if not math.isfinite(naive_err):
+        return floor, naive_err
+    return max(2.0 * naive_err, floor), naive_err
+
+
+def streamed(q, k, v, scale: float, keep, block: int, *, rescale_acc=True, rescale_l=True,
+             inverted=False, divide=True) -> torch.Tensor:
+    """Online softmax over key blocks of `block`, with optional known mistakes (float64)."""
+    s_all = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if keep is not None:
+        s_all = s_all.masked_fill(~keep, -math.inf)
+    vd = v.double()
+    shape = s_all.shape[:-1]
+    m = torch.full(shape, -math.inf, dtype=torch.float64, device=q.device)
+    l = torch.zeros(shape, dtype=torch.float64, device=q.device)
+    acc = torch.zeros(*shape, v.shape[-1], dtype=torch.float64, device=q.device)
+    for j in range(0, s_all.shape[-1], block):
+        s = s_all[..., j:j + block]
+        m_new = torch.maximum(m, s.max(dim=-1).values)
+        m_safe = torch.where(m_new == -math.inf, 0.0, m_new)
+        alpha = torch.exp(m - m_safe) if not inverted else torch.exp(m_safe - m).nan_to_num(0.0, 0.0, 0.0)
+        p = torch.exp(s - m_safe[..., None])
+        l = (l * alpha if rescale_l else l) + p.sum(dim=-1)
+        acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ vd[..., j:j + block, :]
+        m = m_new
+    return acc / l[..., None] if divide else acc
+
+
+# --------------------------------------------------------------------------- known mistakes
+
+
+def mistakes(q, k, v, causal: bool, sm_scale, topic: str):
+    """(variant output, likely mistake) pairs for one call, float64; `topic` picks the family."""
+    B, H, S, D = q.shape
+    dev = q.device
+    scale = default_scale(D, sm_scale)
+    keep = causal_keep(S, dev) if causal else None
+    out = []
+    if topic in ("blocks", "all"):
+        for bn in BLOCK_CANDIDATES:
+            if S <= bn:
+                break
+            out.append((streamed(q, k, v, scale, keep, bn, rescale_acc=False),
+                        "acc was not rescaled when the running max grew: multiply acc by "
+                        "alpha = exp(m_old - m_new) before adding p·V_j"))
+            out.append((streamed(q, k, v, scale, keep, bn, rescale_l=False),
+                        "l was not rescaled when the running max grew: l = alpha·l + rowsum(p)"))
+            out.append((streamed(q, k, v, scale, keep, bn, inverted=True),
+                        "the rescale factor is inverted: alpha = exp(m_old - m_new), which is at most 1"))
+        out.append((streamed(q, k, v, scale, keep, S, divide=False),
+                    "acc was never divided by l: o = acc / l, once, after the key loop"))
+    if topic in ("ragged", "all"):
+        for bn in BLOCK_CANDIDATES:
+            pad = -S % bn
+            if pad == 0:
+                continue
+            if not causal:  # under the causal mask, keys past S are hidden from every query anyway
+                zeros = torch.zeros(B, H, pad, D, dtype=k.dtype, device=dev)
+                kp, vp = torch.cat([k, zeros], 2), torch.cat([v, zeros], 2)
+                out.append((attention64(q, kp, vp, scale),
+                            "keys past S were loaded as zeros and kept with score 0: set their scores "
+                            "to -inf (tl.where(cols < S, s, float('-inf')))"))
+            full = S - S % bn
+            if full > 0:
+                out.append((attention64(q, k[:, :, :full], v[:, :, :full], scale,
+                                        keep[:, :full] if keep is not None else None),
+                            "the last, partial key block was skipped: loop over range(0, S, BLOCK_N) "
+                            "and mask the keys past S"))
+    if topic in ("causal", "all") and causal:
+        for shift, hint in ((-1, "query i must see key i too: keep j <= i, not j < i (row 0 then sees "
+                                 "no key at all)"),
+                            (1, "the mask lets query i see key i + 1: keep j <= i"),):
+            out.append((attention64(q, k, v, scale, causal_keep(S, dev, shift)), hint))
+        out.append((attention64(q, k, v, scale),
+                    "causal=True gave the unmasked result: apply the mask when CAUSAL is set"))
+        i = torch.arange(S, device=dev)
+        out.append((attention64(q, k, v, scale, i[None, :] >= i[:, None]),
+                    "the mask is flipped: query i sees keys j <= i (the lower triangle), not j >= i"))
+    if topic in ("noncausal", "all") and not causal:
+        out.append((attention64(q, k, v, scale, causal_keep(S, dev)),
+                    "causal=False was masked anyway: apply the mask only when CAUSAL is set"))
+    if topic in ("scale", "all"):
+        for wrong, hint in ((1.0 / math.sqrt(D), "sm_scale was ignored: 1/sqrt(D) was used instead of "
+                                                 "the sm_scale passed in"),
+                            (1.0, "the scores were not scaled at all: multiply q·kᵀ by sm_scale"),
+                            (scale * scale, "sm_scale was applied twice"),
+                            (1.0 / scale, "the scores were divided by sm_scale: multiply instead")):
+            if abs(wrong - scale) > 1e-9 * scale:
+                out.append((attention64(q, k, v, wrong, keep), hint))
+    return out
+
+
+def same(got64: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
+    """got equals a variant within tol; where the variant has NaN (a row with no key), got may be NaN or 0."""
+    if got64.shape != want.shape:
+        return False
+    hole = torch.isnan(want)
+    ok_hole = torch.isnan(got64) | (got64 == 0)
+    if bool((hole & ~ok_hole).any()):
+        return False
+    fine = ~hole
+    if not bool(torch.isfinite(got64[fine]).all()):
+        return False
+    return not bool(fine.any()) or float((got64[fine] - want[fine]).abs().max()) <= tol
+
+
+def name_mistake(got64, q, k, v, causal, sm_scale, tol, topic="all") -> str:
+    for variant, hint in mistakes(q, k, v, causal, sm_scale, topic):
+        if same(got64, variant, tol):
+            return hint
+    return ""
+
+
+def unwritten(got: torch.Tensor) -> str:
+    """A description of the output rows still holding the poison, '' if none."""
+    rows = (got == POISON).all(dim=-1)  # [B, H, S]
+    if not bool(rows.any()):
+        return ""
+    B, H, S = rows.shape
+    heads = rows.all(dim=-1)  # [B, H]
+    if bool(heads.all()):
+        return "no row of o was written"
+    if bool(heads.any()):
+        missing = [f"(b={b}, h={h})" for b in range(B) for h in range(H) if heads[b, h]]
+        return (f"heads {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''} were never written: "
+                "axis 1 of the grid must run over all B·H heads, and pid → (b, h) must reach each one")
+    per_row = rows.any(dim=0).any(dim=0)  # [S]
+    first = int(per_row.nonzero()[0])
+    if bool(per_row[first:].all()) and bool(rows[..., first:].all()):
+        return (f"rows {first}..{S - 1} of every head were never written: the grid's first axis must "
+                f"cover every query row, triton.cdiv(S, BLOCK_M) blocks, not S // BLOCK_M")
+    idx = [int(i) for i in per_row.nonzero()[:6, 0]]
+    return f"some rows were never written (rows {idx}…): is the store's mask or row offset wrong?"
+
+
+def wrong_head(got64: torch.Tensor, ref: torch.Tensor, tol: float) -> str:
+    """If a head's output equals another head's expected output, say which."""
+    B, H = ref.shape[:2]
+    for b in range(B):
+        for h in range(H):
+            g = got64[b, h]
+            if not bool(torch.isfinite(g).all()) or float((g - ref[b, h]).abs().max()) <= tol:
+                continue
+            for b2 in range(B):
+                for h2 in range(H):
+                    if (b2, h2) != (b, h) and float((g - ref[b2, h2]).abs().max()) <= tol:
+                        return (f"head (b={b}, h={h}) holds the result of head (b={b2}, h={h2}): "
+                                "program_id(1) = b·H + h, so b = pid // H and h = pid % H, and each "
+                                "tensor's start is b·stride_b + h·stride_h")
+    return ""
+
+
+# --------------------------------------------------------------------------- calling the user's code
+
+
+_ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
+class PoisonAllocations(TorchFunctionMode):
+    """Fill every uninitialised float tensor the user's file allocates with POISON.
+
+    torch.empty hands back whatever memory was free, which may hold the correct answer
+    from an earlier call (the CPU allocator reuses blocks). Poisoning makes rows the kernel
+    never wrote visible. Only allocations made directly from the user's file are touched,
+    so Triton's and torch's own scratch buffers are left alone.
+    """
+
+    def __init__(self, user_file: str):
+        super().__init__()
+        self.user_file = user_file
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if (getattr(func, "__name__", "") in _ALLOCATORS and isinstance(result, torch.Tensor)
+                and result.is_floating_point() and sys._getframe(1).f_code.co_filename == self.user_file):
+            result.fill_(POISON)
+        return result
+
+
+@dataclass
+class Launch:
+    kernel: str
+    file: str
+    grid: tuple | None
+    constants: dict = field(default_factory=dict)
+
+
+def _kernel_classes() -> list:
+    classes = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        classes.append(JITFunction)
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    return classes
+
+
+@contextmanager
+def recording_launches():
+    """Record every Triton kernel launch (kernel, its file, grid, int/bool keyword arguments)."""
+    launches: list[Launch] = []
+    patched = []
+
+    def wrap(original):
+        def run(self, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                fn = getattr(self, "fn", None)
+                code = getattr(fn, "__code__", None)
+                constants = {k: v for k, v in kwargs.items() if isinstance(v, (int, bool)) and k != "warmup"}
+                launches.append(Launch(getattr(fn, "__name__", "?"), code.co_filename if code else "",
+                                       _resolve_grid(kwargs.get("grid"), constants), constants))
+            return original(self, *args, **kwargs)
+
+        return run
+
+    for cls in _kernel_classes():
+        original = cls.__dict__.get("run")
+        if original is not None:
+            cls.run = wrap(original)
+            patched.append((cls, original))
+    try:
+        yield launches
+    finally:
+        for cls, original in patched:
+            cls.run = original
+
+
+def _resolve_grid(grid, constants: dict):
+    try:
+        if callable(grid):
+            grid = grid(dict(constants))
+        return tuple(int(g) for g in grid)
+    except Exception:  # a grid we cannot evaluate here: the launch check then looks at less
+        return None
+
+
+def call_user(sub, q, k, v, causal=False, sm_scale=None, **extra):
+    """Run the user's flash_attention with poisoned allocations; returns (o, launches)."""
+    kwargs = dict(extra)
+    if causal:
+        kwargs["causal"] = True
+    if sm_scale is not None:
+        kwargs["sm_scale"] = sm_scale
+    with recording_launches() as launches, PoisonAllocations(submission.path()):
+        out = sub.flash_attention(q, k, v, **kwargs)
+    return out, launches
+
+
+def as_output(out, q, call: str) -> torch.Tensor:
+    """Check the returned value is a tensor shaped, typed and placed like q."""
+    if not isinstance(out, torch.Tensor):
+        fail(f"flash_attention returned {type(out).__name__}, not a tensor", called=call, got=show(out),
+             expected=f"a torch.Tensor of shape {tuple(q.shape)}",
+             hint="return o from the launcher (the kernel writes into it; it returns nothing itself)")
+    if tuple(out.shape) != tuple(q.shape):
+        fail("o has the wrong shape", called=call, got=f"shape {tuple(out.shape)}",
+             expected=f"shape {tuple(q.shape)}, the same as q")
+    if out.dtype != q.dtype:
+        fail("o has the wrong dtype", called=call, got=str(out.dtype), expected=f"{q.dtype}, the dtype of q",
+             hint="allocate o with q's dtype and store o.to(O.dtype.element_ty) in the kernel")
+    if out.device != q.device:
+        fail("o is on the wrong device", called=call, got=str(out.device), expected=str(q.device))
+    return out
+
+
+def rows_text(t: torch.Tensor, b: int, h: int, i: int, cols: int = 4) -> str:
+    vals = ", ".join(f"{float(x):.5g}" for x in t[b, h, i, :cols].double().cpu())
+    return f"o[{b}, {h}, {i}, :{cols}] = [{vals}{', …' if t.shape[-1] > cols else ''}]"
+
+
+def worst_index(got64: torch.Tensor, want: torch.Tensor) -> tuple[int, int, int]:
+    diff = (got64 - want).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    flat = int(diff.reshape(-1).argmax())
+    B, H, S, D = want.shape
+    return flat // (H * S * D), flat // (S * D) % H, flat // D % S
+
+
+def verdict(got: torch.Tensor, want: torch.Tensor, tol: float, call: str, hint: str = "",
+            naive_err: float | None = None, extra: str = "") -> None:
+    """Fail unless every element of got is within tol of want (NaN, inf and poison count as wrong)."""
+    err = max_error(got.detach().double().cpu().numpy(), want.cpu().numpy())
+    if err <= tol:
+        return
+    b, h, i = worst_index(got.detach().double(), want)
+    allowed = f"allowed {tol:.3g}" + (f" = max(2 × naive attention's error {naive_err:.3g}, a floor)"
+                                      if naive_err is not None else "")
+    fail(f"o is wrong (largest error {err:.3g}, {allowed}){extra}", called=call,
+         got=rows_text(got, b, h, i), expected=rows_text(want, b, h, i), hint=hint)
+
+
+# --------------------------------------------------------------------------- timing (GPU only)
+
+
+def tflops(B, H, S, D, causal: bool, ms: float) -> float:
+    flop = 4.0 * B * H * S * S * D / (2 if causal else 1)
+    return flop / (ms * 1e-3) / 1e12
+
+
+def median_ms(fn) -> float:
+    import triton
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))

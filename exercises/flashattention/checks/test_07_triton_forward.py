@@ -1,0 +1,331 @@
+"""Hidden checks for 07_triton_forward.py.
+
+Two ways of grading, chosen by where the worker runs (see _triton_forward_support.Mode):
+  * interpreter (no GPU; drill's runner sets TRITON_INTERPRET=1 before the user's file is
+    imported): small fp32 shapes on the CPU, correctness only. The fp16/bf16 accuracy and
+    speed checks are skipped with a reason saying so.
+  * gpu: the same correctness checks in fp16, then fp16 and bf16 against a float64
+    reference and drill's reference kernel, then TFLOP/s against the reference kernel and
+    PyTorch SDPA (backends pinned and named); the figures travel as notes.
+
+Every call runs with the user's torch.empty-style allocations filled with a poison value
+(PoisonAllocations), so rows the kernel never writes cannot pass by holding stale memory,
+and with Triton launches recorded, to check the grid.
+"""
+
+import os
+
+import pytest
+import torch
+
+from drill.grader import submission
+from drill.grader.expect import fail, note
+
+from . import _triton_forward_support as tf
+
+MODE = tf.current_mode()
+GPU = MODE is not None and MODE.gpu
+
+
+def pick(interpreter, gpu):
+    """Shapes for this run: small ones under the interpreter, real ones on a GPU."""
+    return gpu if GPU else interpreter
+
+
+@pytest.fixture
+def mode():
+    if MODE is None:
+        fail(tf.NO_MODE)
+    return MODE
+
+
+def diagnose(out, q, k, v, causal, sm_scale, ref, tol) -> str:
+    """The likely mistake behind a wrong output, '' if none is recognised."""
+    never = tf.unwritten(out)
+    if never:
+        return never
+    got64 = out.detach().double()
+    hint = tf.name_mistake(got64, q, k, v, causal, sm_scale, tol) or tf.wrong_head(got64, ref, tol)
+    if hint:
+        return hint
+    if bool(torch.isnan(got64).any()):
+        return ("o contains NaN: exp(-inf - (-inf)) where a row's max is still -inf, or 0/0 where l = 0; "
+                "start m at -inf and make sure every row meets a visible key in the first key block")
+    if bool(torch.isinf(got64).any()):
+        return "o contains inf: exp overflowed; subtract the running max before exp"
+    return ""
+
+
+def check_case(sub, mode, B, H, S, D, *, causal=False, sm_scale=None, seed=0, scale=1.0,
+               layout="contiguous", inputs=None, hint_extra=None):
+    """Call the user's kernel on one case and fail with a diagnosis unless o is right."""
+    q, k, v = inputs if inputs is not None else tf.make_qkv(B, H, S, D, mode, seed=seed, scale=scale,
+                                                              layout=layout)
+    call = tf.describe(q, causal, sm_scale)
+    out, launches = tf.call_user(sub, q, k, v, causal, sm_scale)
+    out = tf.as_output(out, q, call)
+    ref = tf.reference(q, k, v, causal, sm_scale)
+    tol, naive_err = tf.tolerance(q, k, v, causal, sm_scale, ref)
+    err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
+    if err > tol:
+        hint = diagnose(out, q, k, v, causal, sm_scale, ref, tol)
+        if not hint and hint_extra is not None:
+            hint = hint_extra(q, k, v)
+        tf.verdict(out, ref, tol, call, hint, naive_err)
+    return out, launches
+
+
+def test_single_head(sub, mode):
+    """One head, a short sequence"""
+    check_case(sub, mode, 1, 1, *pick((16, 16), (64, 64)), seed=1)
+
+
+def test_many_key_blocks(sub, mode):
+    """Many key blocks: m, l and acc are rescaled when the max grows"""
+    # Several key blocks per query block, and scores spread widely enough that the
+    # running max changes from block to block.
+    B, H, S, D = pick((1, 1, 96, 32), (1, 2, 1024, 64))
+    check_case(sub, mode, B, H, S, D, seed=2, scale=1.5)
+
+
+@pytest.mark.parametrize("S", pick((1, 17, 45, 70), (1, 100, 1000, 1537)), ids=lambda s: f"S={s}")
+def test_ragged_lengths(sub, mode, S):
+    """Ragged S, not a multiple of the block sizes"""
+    check_case(sub, mode, 1, 2, S, pick(32, 64), seed=3 + S)
+
+
+@pytest.mark.parametrize("D", pick((16, 64), (16, 32, 128)), ids=lambda d: f"D={d}")
+def test_head_dims(sub, mode, D):
+    """Head dims other than the usual one"""
+    check_case(sub, mode, 1, 2, pick(40, 300), D, seed=4 + D)
+
+
+def _strides_hint(sub, mode):
+    """If the same values pass as contiguous tensors, the strides are what went wrong."""
+
+    def hint(q, k, v):
+        qc, kc, vc = (t.contiguous() for t in (q, k, v))
+        out, _ = tf.call_user(sub, qc, kc, vc)
+        ref = tf.reference(qc, kc, vc, False, None)
+        tol, _ = tf.tolerance(qc, kc, vc, False, None, ref)
+        if isinstance(out, torch.Tensor) and out.shape == ref.shape and \
+                tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy()) <= tol:
+            return ("right for contiguous q, k, v but wrong for these: use each tensor's own strides, "
+                    "start of a head = b·stride_b + h·stride_h, row i at + i·stride_s (q, k, v and o "
+                    "each have their own)")
+        return ""
+
+    return hint
+
+
+def test_batches_heads_strides(sub, mode):
+    """Several batches and heads, with non-contiguous q, k, v"""
+    B, H, S, D = pick((2, 3, 50, 32), (2, 3, 700, 64))
+    check_case(sub, mode, B, H, S, D, seed=5, layout="strided", hint_extra=_strides_hint(sub, mode))
+
+
+@pytest.mark.parametrize("S", pick((16, 45, 96), (128, 1000)), ids=lambda s: f"S={s}")
+def test_causal(sub, mode, S):
+    """Causal: query i sees keys j <= i"""
+    check_case(sub, mode, 1, 2, S, pick(32, 64), causal=True, seed=6 + S)
+
+
+def test_sm_scale(sub, mode):
+    """An explicit sm_scale is used, with and without the causal mask"""
+    B, H, S, D = pick((1, 2, 40, 32), (1, 2, 500, 64))
+    for causal in (False, True):
+        check_case(sub, mode, B, H, S, D, causal=causal, sm_scale=0.3, seed=7)
+
+
+def _large_logit_inputs(mode, B, H, S, D, kind):
+    """'spread': scores of a few hundred either way (exp overflows without the max);
+    'negative': every score near -600 (exp underflows to 0 unless m starts at -inf)."""
+    if kind == "spread":
+        return tf.make_qkv(B, H, S, D, mode, seed=8, scale=8.0)
+    q, k, v = tf.make_qkv(B, H, S, D, mode, seed=9, dtype=torch.float64)
+    a = (600.0 * D ** 0.5) ** 0.5  # a² / √D = 600
+    q[..., 0] += a
+    k[..., 0] -= a
+    return tuple(t.to(mode.dtype) for t in (q, k, v))
+
+
+@pytest.mark.parametrize("kind", ["spread", "negative"], ids=["scores in the hundreds", "scores near -600"])
+def test_large_logits(sub, mode, kind):
+    """Large logits stay finite and exact"""
+    B, H, S, D = pick((1, 1, 64, 32), (1, 1, 512, 64))
+    inputs = _large_logit_inputs(mode, B, H, S, D, kind)
+
+    def hint(q, k, v):
+        if kind == "negative":
+            return ("every score is far below 0: if m starts at 0 instead of -inf, exp(s - m) underflows "
+                    "to 0 and l = 0; start m at float('-inf')")
+        return "subtract the running max before exp: exp(s - m_new), never exp(s)"
+
+    check_case(sub, mode, B, H, S, D, inputs=inputs, hint_extra=hint)
+
+
+def test_returns_new_tensor_inputs_unchanged(sub, mode):
+    """Returns a new o like q and leaves q, k, v unchanged"""
+    B, H, S, D = pick((2, 1, 20, 16), (2, 1, 100, 64))
+    q, k, v = tf.make_qkv(B, H, S, D, mode, seed=10)
+    before = [t.clone() for t in (q, k, v)]
+    call = tf.describe(q, False, 0.5)
+    out, _ = tf.call_user(sub, q, k, v, False, 0.5)
+    out = tf.as_output(out, q, call)
+    for name, t, t0 in zip("qkv", (q, k, v), before):
+        if not torch.equal(t, t0):
+            fail(f"flash_attention changed its input {name} in place", called=call,
+                 hint="scale the scores inside the kernel (s = q·kᵀ · sm_scale), not q itself; "
+                      "never write into q, k or v")
+    for name, t in zip("qkv", (q, k, v)):
+        if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            fail(f"o shares its memory with {name}", called=call,
+                 hint="allocate a fresh output, torch.empty((B, H, S, D), ...)")
+    ref = tf.reference(q, k, v, False, 0.5)
+    tol, naive_err = tf.tolerance(q, k, v, False, 0.5, ref)
+    tf.verdict(out, ref, tol, call, diagnose(out, q, k, v, False, 0.5, ref, tol), naive_err)
+
+
+def test_launch_grid(sub, mode):
+    """Your @triton.jit kernel does the work, one program per (query block, batch·head)"""
+    B, H, S, D = pick((2, 3, 70, 32), (2, 3, 300, 64))
+    q, k, v = tf.make_qkv(B, H, S, D, mode, seed=11)
+    call = tf.describe(q, False, None)
+    out, launches = tf.call_user(sub, q, k, v)
+    mine = [launch for launch in launches if launch.file == submission.path()]
+    if not mine:
+        others = ", ".join(sorted({f"{launch.kernel} ({os.path.basename(launch.file)})" for launch in launches}))
+        fail("no @triton.jit kernel from your file was launched", called=call,
+             got=f"launches: {others}" if others else "no Triton launch at all",
+             expected="_flash_forward_kernel[grid](...) from your file",
+             hint="the exercise is the kernel: compute o inside _flash_forward_kernel, not with torch "
+                  "operations or another module's kernel")
+    grid = mine[-1].grid
+    if grid is not None:
+        block_m = mine[-1].constants.get("BLOCK_M")
+        if len(grid) < 2 or grid[1] != B * H:
+            fail("the grid's second axis is not B·H", called=call, got=f"grid {grid}",
+                 expected=f"grid (query blocks, {B * H})",
+                 hint="one program per (query block, batch·head): grid = (triton.cdiv(S, BLOCK_M), B * H)")
+        if isinstance(block_m, int) and block_m > 0 and grid[0] * block_m < S:
+            fail("the grid does not cover every query row", called=call,
+                 got=f"grid {grid} with BLOCK_M = {block_m}: {grid[0] * block_m} rows",
+                 expected=f"at least S = {S} rows: triton.cdiv(S, BLOCK_M) = {-(-S // block_m)} blocks",
+                 hint="S // BLOCK_M drops the last, partial block: use triton.cdiv(S, BLOCK_M)")
+    out = tf.as_output(out, q, call)
+    ref = tf.reference(q, k, v, False, None)
+    tol, naive_err = tf.tolerance(q, k, v, False, None, ref)
+    tf.verdict(out, ref, tol, call, diagnose(out, q, k, v, False, None, ref, tol), naive_err)
+
+
+# --------------------------------------------------------------------------- GPU only
+
+ACCURACY_CASES = [(2, 3, 1000, 64, False), (1, 4, 777, 128, True)]
+SPEED_CASES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True)]
+SPEED_DTYPE = torch.bfloat16
+MIN_SPEED_RATIO = 0.25  # of the reference kernel's TFLOP/s, at every size
+
+
+def _reference_kernel():
+    # The default launch config, no tuning: tuning compiles several configs per shape,
+    # too slow inside a graded check. Read at each launch, so setting it here is enough.
+    os.environ["DRILL_FLASH_TUNE"] = "0"
+    from drill.kernels import flash_attention
+
+    return flash_attention
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_accuracy(sub, mode, dtype):
+    """Low precision: error at most twice naive attention's, beside the reference kernel"""
+    if not mode.gpu:
+        pytest.skip(f"{dtype} accuracy not measured: no CUDA GPU here; the Triton interpreter "
+                    "checks small fp32 shapes only")
+    torch_dtype = getattr(torch, dtype)
+    reference_kernel = _reference_kernel()
+    for B, H, S, D, causal in ACCURACY_CASES:
+        q, k, v = tf.make_qkv(B, H, S, D, mode, seed=12 + S, dtype=torch_dtype)
+        call = tf.describe(q, causal, None)
+        out, _ = tf.call_user(sub, q, k, v, causal)
+        out = tf.as_output(out, q, call)
+        ref = tf.reference(q, k, v, causal, None)
+        tol, naive_err = tf.tolerance(q, k, v, causal, None, ref)
+        ref_kernel_err = float((reference_kernel(q, k, v, causal=causal).double() - ref).abs().max())
+        tol = max(tol, 1.5 * ref_kernel_err)  # never stricter than what drill's own kernel achieves
+        err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
+        note(f"{dtype} B={B} H={H} S={S} D={D}{' causal' if causal else ''}: max error vs float64 "
+             f"yours {err:.3g}, reference kernel {ref_kernel_err:.3g}, naive {dtype} attention {naive_err:.3g}")
+        if err > tol:
+            hint = diagnose(out, q, k, v, causal, None, ref, tol) or (
+                "keep m, l and acc in fp32 and cast only p to V's dtype for the p·V matmul; "
+                "store o.to(O.dtype.element_ty) once at the end")
+            tf.verdict(out, ref, tol, call, hint, naive_err,
+                       extra=f"; reference kernel's error {ref_kernel_err:.3g}")
+
+
+def _sdpa(backend):
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def _time(fn):
+    """Median ms of fn() after one untimed call (compiles, tunes); None if it cannot run."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        return tf.median_ms(fn)
+    except Exception:  # noqa: BLE001 - a backend that does not support this shape or GPU
+        return None
+
+
+def test_speed(sub, mode):
+    """Speed against the reference kernel and SDPA"""
+    if not mode.gpu:
+        note("graded under the Triton interpreter on small fp32 shapes: correctness only")
+        pytest.skip("speed not measured: no CUDA GPU here; the Triton interpreter checks correctness only")
+    from torch.nn.attention import SDPBackend
+
+    reference_kernel = _reference_kernel()
+    others = [("reference", lambda q, k, v, c: reference_kernel(q, k, v, causal=c)),
+              ("SDPA cuDNN", _sdpa(SDPBackend.CUDNN_ATTENTION)),
+              ("SDPA FLASH", _sdpa(SDPBackend.FLASH_ATTENTION))]
+    dtype = str(SPEED_DTYPE).removeprefix("torch.")
+    note(f"speed, {dtype}, TFLOP/s (forward 4·B·H·S²·D, half when causal; do_bench medians); "
+         "reference = drill.kernels.flash_attention (default config); SDPA backends pinned with sdpa_kernel")
+    note("B H S D causal | yours | " + " | ".join(n for n, _ in others) + " | yours/reference | yours/SDPA cuDNN")
+    slow = []
+    for B, H, S, D, causal in SPEED_CASES:
+        q, k, v = tf.make_qkv(B, H, S, D, mode, seed=20, dtype=SPEED_DTYPE)
+        call = tf.describe(q, causal, None)
+        out = tf.as_output(sub.flash_attention(q, k, v, causal=causal), q, call)
+        # a fast kernel must also be right: compare with the reference kernel at this size
+        want = reference_kernel(q, k, v, causal=causal).double()
+        tol = tf.FLOOR[SPEED_DTYPE] * max(1.0, float(want.abs().max()))
+        tf.verdict(out, want, tol, call + " (speed size, against the reference kernel)",
+                   diagnose(out, q, k, v, causal, None, want, tol) if S <= 2048 else "")
+        figures = {"yours": _time(lambda: sub.flash_attention(q, k, v, causal=causal))}
+        for name, fn in others:
+            figures[name] = _time(lambda fn=fn: fn(q, k, v, causal))
+        rate = {n: tf.tflops(B, H, S, D, causal, ms) if ms else None for n, ms in figures.items()}
+
+        def ratio(a, b):
+            return f"{rate[a] / rate[b]:.2f}" if rate[a] and rate[b] else "n/a"
+
+        cells = " | ".join(f"{rate[n]:.0f}" if rate[n] else "n/a" for n in figures)
+        note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
+             f"{ratio('yours', 'SDPA cuDNN')}")
+        if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
+            slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.0f}, "
+                        f"reference {rate['reference']:.0f} TFLOP/s")
+    if slow:
+        fail(f"your kernel runs below {MIN_SPEED_RATIO:g}× the reference kernel's TFLOP/s",
+             called="; ".join(slow),
+             hint="keep q, k, v in fp16/bf16 for tl.dot (fp32 operands leave the tensor cores idle), "
+                  "cast p to V's dtype before p·V, use blocks of 64-128 rows, and launch one kernel for "
+                  "all heads, not one per head")
