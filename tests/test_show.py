@@ -170,7 +170,9 @@ def test_tiling_animates_and_steps_when_interactive(monkeypatch):
 
 
 def test_render_grid_highlights_one_block():
-    from drill.visual.tiling import render_grid
+    from drill.visual.tiling import block_of, render_grid
+
+    assert block_of(300, 130, 128, 64) == (2, 2)
 
     plain = render_grid(512, 512, 128, 128, causal=True, highlight=(2, 1)).plain
     rows = [line for line in plain.splitlines() if "│" in line]

@@ -20,8 +20,9 @@ def _check_bytes(dtype_bytes: int) -> None:
         _cannot(f"--bytes must be the size of one element, 1 to 16 (got {dtype_bytes})")
 
 
-@click.group(name="show")
-def command() -> None:
+@click.group(name="show", invoke_without_command=True)
+@click.pass_context
+def command(ctx: click.Context) -> None:
     """Draw the algorithm in the terminal.
 
     \b
@@ -30,6 +31,8 @@ def command() -> None:
       drill show io --s 16384               # HBM traffic and FLOPs against s
       drill show ring --world 4 --zigzag    # ring attention's K/V shards per step
     """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 @command.command(name="tiling")
