@@ -177,3 +177,16 @@ def test_unknown_keys_and_bad_versions_are_rejected():
         cards.parse_deck(good + "answer = 3\n", "x")
     with pytest.raises(cards.DeckError, match="duplicate"):
         cards.parse_deck(good + good.split("\n", 1)[1], "x")
+
+
+def test_catalog_card_lists_match_the_deck(deck):
+    from drill import catalog
+
+    topic = catalog.load_topic(TOPIC)
+    listed = {ex.id: set(ex.cards) for ex in topic.exercises}
+    deck_ids = {card.id for card in deck.cards}
+    for exercise_id, ids in listed.items():
+        assert ids <= deck_ids, f"{exercise_id} lists unknown cards {ids - deck_ids}"
+    for card in deck.cards:
+        if card.exercise in listed:
+            assert card.id in listed[card.exercise], f"{card.id} missing from {card.exercise}'s cards"
