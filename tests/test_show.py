@@ -10,6 +10,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from drill import paths
 from drill.cli import cli
 
 
@@ -273,3 +274,21 @@ def test_show_and_watch_import_no_heavy_module():
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_counts_agree_with_the_tiling_shapes_reference_solution():
+    """The picture and the exercise count the same thing: checked against the solution file."""
+    import importlib.util
+
+    from drill.visual.tiling import Tiling, flash_traffic, formula_standard
+
+    path = paths.solutions_root() / "flashattention" / "02_tiling_shapes.py"
+    spec = importlib.util.spec_from_file_location("tiling_solution", path)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    for s in (1, 7, 64, 100, 512, 1000, 4096):
+        for d in (16, 64, 128):
+            for br, bc in ((16, 16), (64, 128), (128, 64), (100, 7)):
+                expected = ref.hbm_elements(s, d, br, bc)
+                assert flash_traffic(Tiling(s, s, d, br, bc)).total == expected["flash"]
+                assert formula_standard(s, d) == expected["standard"]
