@@ -255,7 +255,8 @@ def unwritten(got: torch.Tensor) -> str:
     B, H, S = rows.shape
     heads = rows.all(dim=-1)  # [B, H]
     if bool(heads.all()):
-        return "no row of o was written"
+        return ("no row of o was written: does the kernel store into O, and does the grid have at least "
+                "one program on each axis (triton.cdiv(S, BLOCK_M) is 1 even when S < BLOCK_M)?")
     if bool(heads.any()):
         missing = [f"(b={b}, h={h})" for b in range(B) for h in range(H) if heads[b, h]]
         return (f"heads {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''} were never written: "

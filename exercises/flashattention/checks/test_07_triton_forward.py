@@ -39,13 +39,19 @@ def mode():
     return MODE
 
 
-def diagnose(out, q, k, v, causal, sm_scale, ref, tol) -> str:
-    """The likely mistake behind a wrong output, '' if none is recognised."""
+def diagnose(out, q, k, v, causal, sm_scale, ref, tol, extra=None) -> str:
+    """The likely mistake behind a wrong output, '' if none is recognised.
+
+    Most specific first: rows never written, a known wrong variant, a head holding another
+    head's result, then the check's own guess (`extra`, called with q, k, v), then NaN/inf.
+    """
     never = tf.unwritten(out)
     if never:
         return never
     got64 = out.detach().double()
     hint = tf.name_mistake(got64, q, k, v, causal, sm_scale, tol) or tf.wrong_head(got64, ref, tol)
+    if not hint and extra is not None:
+        hint = extra(q, k, v)
     if hint:
         return hint
     if bool(torch.isnan(got64).any()):
@@ -62,16 +68,16 @@ def check_case(sub, mode, B, H, S, D, *, causal=False, sm_scale=None, seed=0, sc
     q, k, v = inputs if inputs is not None else tf.make_qkv(B, H, S, D, mode, seed=seed, scale=scale,
                                                               layout=layout)
     call = tf.describe(q, causal, sm_scale)
-    out, launches = tf.call_user(sub, q, k, v, causal, sm_scale)
-    out = tf.as_output(out, q, call)
+    # The yardstick comes first: a kernel that writes into q, k or v must not move it.
     ref = tf.reference(q, k, v, causal, sm_scale)
     tol, naive_err = tf.tolerance(q, k, v, causal, sm_scale, ref)
+    originals = [t.clone() for t in (q, k, v)]  # the diagnoses must see the inputs as given
+    out, launches = tf.call_user(sub, q, k, v, causal, sm_scale)
+    out = tf.as_output(out, q, call)
     err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
     if err > tol:
-        hint = diagnose(out, q, k, v, causal, sm_scale, ref, tol)
-        if not hint and hint_extra is not None:
-            hint = hint_extra(q, k, v)
-        tf.verdict(out, ref, tol, call, hint, naive_err)
+        tf.verdict(out, ref, tol, call, diagnose(out, *originals, causal, sm_scale, ref, tol, hint_extra),
+                   naive_err)
     return out, launches
 
 
@@ -104,7 +110,7 @@ def _strides_hint(sub, mode):
     """If the same values pass as contiguous tensors, the strides are what went wrong."""
 
     def hint(q, k, v):
-        qc, kc, vc = (t.contiguous() for t in (q, k, v))
+        qc, kc, vc = (t.contiguous() for t in (q, k, v))  # same values, plain layout
         out, _ = tf.call_user(sub, qc, kc, vc)
         ref = tf.reference(qc, kc, vc, False, None)
         tol, _ = tf.tolerance(qc, kc, vc, False, None, ref)
@@ -169,6 +175,8 @@ def test_returns_new_tensor_inputs_unchanged(sub, mode):
     B, H, S, D = pick((2, 1, 20, 16), (2, 1, 100, 64))
     q, k, v = tf.make_qkv(B, H, S, D, mode, seed=10)
     before = [t.clone() for t in (q, k, v)]
+    ref = tf.reference(q, k, v, False, 0.5)
+    tol, naive_err = tf.tolerance(q, k, v, False, 0.5, ref)
     call = tf.describe(q, False, 0.5)
     out, _ = tf.call_user(sub, q, k, v, False, 0.5)
     out = tf.as_output(out, q, call)
@@ -181,15 +189,16 @@ def test_returns_new_tensor_inputs_unchanged(sub, mode):
         if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
             fail(f"o shares its memory with {name}", called=call,
                  hint="allocate a fresh output, torch.empty((B, H, S, D), ...)")
-    ref = tf.reference(q, k, v, False, 0.5)
-    tol, naive_err = tf.tolerance(q, k, v, False, 0.5, ref)
-    tf.verdict(out, ref, tol, call, diagnose(out, q, k, v, False, 0.5, ref, tol), naive_err)
+    tf.verdict(out, ref, tol, call, diagnose(out, *before, False, 0.5, ref, tol), naive_err)
 
 
 def test_launch_grid(sub, mode):
     """Your @triton.jit kernel does the work, one program per (query block, batch·head)"""
     B, H, S, D = pick((2, 3, 70, 32), (2, 3, 300, 64))
     q, k, v = tf.make_qkv(B, H, S, D, mode, seed=11)
+    before = [t.clone() for t in (q, k, v)]
+    ref = tf.reference(q, k, v, False, None)
+    tol, naive_err = tf.tolerance(q, k, v, False, None, ref)
     call = tf.describe(q, False, None)
     out, launches = tf.call_user(sub, q, k, v)
     mine = [launch for launch in launches if launch.file == submission.path()]
@@ -213,9 +222,7 @@ def test_launch_grid(sub, mode):
                  expected=f"at least S = {S} rows: triton.cdiv(S, BLOCK_M) = {-(-S // block_m)} blocks",
                  hint="S // BLOCK_M drops the last, partial block: use triton.cdiv(S, BLOCK_M)")
     out = tf.as_output(out, q, call)
-    ref = tf.reference(q, k, v, False, None)
-    tol, naive_err = tf.tolerance(q, k, v, False, None, ref)
-    tf.verdict(out, ref, tol, call, diagnose(out, q, k, v, False, None, ref, tol), naive_err)
+    tf.verdict(out, ref, tol, call, diagnose(out, *before, False, None, ref, tol), naive_err)
 
 
 # --------------------------------------------------------------------------- GPU only
@@ -246,11 +253,11 @@ def test_low_precision_accuracy(sub, mode, dtype):
     for B, H, S, D, causal in ACCURACY_CASES:
         q, k, v = tf.make_qkv(B, H, S, D, mode, seed=12 + S, dtype=torch_dtype)
         call = tf.describe(q, causal, None)
-        out, _ = tf.call_user(sub, q, k, v, causal)
-        out = tf.as_output(out, q, call)
         ref = tf.reference(q, k, v, causal, None)
         tol, naive_err = tf.tolerance(q, k, v, causal, None, ref)
         ref_kernel_err = float((reference_kernel(q, k, v, causal=causal).double() - ref).abs().max())
+        out, _ = tf.call_user(sub, q, k, v, causal)
+        out = tf.as_output(out, q, call)
         tol = max(tol, 1.5 * ref_kernel_err)  # never stricter than what drill's own kernel achieves
         err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
         note(f"{dtype} B={B} H={H} S={S} D={D}{' causal' if causal else ''}: max error vs float64 "
