@@ -216,6 +216,7 @@ def test_io_sram_in_elements_and_given_br():
 @pytest.mark.parametrize("args, word", [
     (["--sram", "12XB"], "--sram"), (["--sram", "0"], "--sram"), (["--s", "0"], "--s"),
     (["--d", "-3"], "--d"), (["--br", "0"], "--br"), (["--bytes", "99"], "--bytes"),
+    (["--plot", "/nonexistent-folder/x.png"], "--plot"),
 ])
 def test_io_rejects_bad_input_in_one_line(args, word):
     one_line_failure(run("io", *args), word)
@@ -261,8 +262,9 @@ def test_ring_shard_schedule_without_mask():
         assert [int(w[2:]) for w in line.split() if w.startswith("KV")] == [(r - t) % 3 for t in range(3)]
 
 
-def test_ring_rejects_bad_world():
-    one_line_failure(run("ring", "--world", "0"), "--world")
+@pytest.mark.parametrize("world", ["0", "-2", "9"])
+def test_ring_rejects_bad_world(world):
+    one_line_failure(run("ring", "--world", world), "--world")
 
 
 # -- start-up cost ----------------------------------------------------------------

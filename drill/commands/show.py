@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 
@@ -150,6 +151,8 @@ def io(s_max: int, d: int, sram: str, br: int | None, dtype_bytes: int, plot_pat
         m, how = iov.parse_sram(sram, dtype_bytes)
     except iov.BadInput as exc:
         _cannot(str(exc))
+    if plot_path and not Path(plot_path).expanduser().resolve().parent.is_dir():
+        _cannot(f"--plot {plot_path}: its folder does not exist")
     auto_br, bc = iov.block_sizes(m, d)
     console.print(iov.summary(s_max, d, br or auto_br, bc, how, dtype_bytes, br_given=br is not None))
     if plot_path:
