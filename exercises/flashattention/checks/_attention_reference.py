@@ -99,17 +99,23 @@ def tiled_forward(Q, K, V, Br, Bc, causal=False, scale=None, *, rescale_acc=True
     return O, L, M
 
 
-def attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, align="bottom-right", *,
-                       d_from=None, scale_dq=True, scale_dk=True, p_scale=True):
+def attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, align="bottom-right", shift=0, *,
+                       d_from=None, scale_dq=True, scale_dk=True, p_scale=True, ds_sign=1.0,
+                       keys_upto=None, queries_upto=None):
     """(dQ, dK, dV) in float64 from the saved O and L, with switchable mistakes.
 
     d_from: None uses D = rowsum(dO * O); "V" uses rowsum(dO * V) (needs sq == sk);
-    "zero" drops D. p_scale=False recomputes P from unscaled scores.
+    "zero" drops D. p_scale=False recomputes P from unscaled scores; ds_sign=-1 flips dS;
+    keys_upto / queries_upto leave out the keys / queries from that index on.
     """
     sq, d = Q.shape
     sk = K.shape[0]
     s = default_scale(d, scale)
-    mask = visible(sq, sk, causal, align)
+    mask = visible(sq, sk, causal, align, shift).copy()
+    if keys_upto is not None:
+        mask[:, keys_upto:] = False
+    if queries_upto is not None:
+        mask[queries_upto:, :] = False
     S = scores(Q, K, s if p_scale else 1.0, mask)
     Lsafe = np.where(L == -np.inf, np.inf, L)  # rows that saw nothing: P = exp(-inf) = 0
     P = np.where(mask, np.exp(S - Lsafe[:, None]), 0.0)
@@ -121,7 +127,7 @@ def attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, align="botto
         D = np.zeros(sq)
     else:
         D = (dO * O).sum(axis=1)
-    dS = P * (dP - D[:, None])
+    dS = ds_sign * P * (dP - D[:, None])
     dQ = (dS @ K) * (s if scale_dq else 1.0)
     dK = (dS.T @ Q) * (s if scale_dk else 1.0)
     return dQ, dK, dV

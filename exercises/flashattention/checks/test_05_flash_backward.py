@@ -1,0 +1,306 @@
+"""Hidden checks for 05_flash_backward.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from drill.grader.expect import Call, array, close, fail, matches, max_error, show
+
+from ._attention_reference import (
+    MEMORY_SIZE,
+    attention,
+    attention_backward,
+    check_peak,
+    default_scale,
+    first_wrong_block,
+    peak_bytes,
+    quiet_call,
+)
+
+ATOL, RTOL = 1e-9, 1e-8
+NAMES = ("dQ", "dK", "dV")
+
+
+class Problem:
+    """Inputs for one backward call, with O and L from the float64 reference forward."""
+
+    def __init__(self, rng, sq, sk, d, *, spread=1.0, Q=None, **kw):
+        self.Q = rng.normal(scale=spread, size=(sq, d)) if Q is None else Q
+        self.K = rng.normal(size=(sk, d))
+        self.V = rng.normal(size=(sk, d))
+        self.dO = rng.normal(size=(sq, d))
+        self.kw = kw
+        self.O, self.L = attention(self.Q, self.K, self.V, kw.get("causal", False), kw.get("scale"))
+
+    @property
+    def args(self):
+        return (self.Q, self.K, self.V, self.O, self.L, self.dO)
+
+    def reference(self, **mistake):
+        causal = mistake.pop("causal", self.kw.get("causal", False))
+        with np.errstate(all="ignore"):
+            return attention_backward(*self.args, causal, self.kw.get("scale"), **mistake)
+
+    def call(self) -> Call:
+        sq, d = self.Q.shape
+        sk = self.K.shape[0]
+        extra = "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}" for k, v in self.kw.items())
+        return Call("flash_attention_backward", f"Q[{sq}x{d}], K, V[{sk}x{d}], O, L, dO{extra}")
+
+
+WARNING_HINTS = {
+    "overflow": ("exp overflowed: compute P = exp(S - L) in one step (S <= L, so it stays <= 1), not exp(S) / exp(L), "
+                 "and mask S exactly as the forward did (an unmasked score can exceed L)"),
+    "invalid": ("NaN was computed: a row that sees no key has L = -inf, and exp(S - L) became exp(-inf + inf); "
+                "treat L = -inf as +inf so that P = 0 on that row"),
+}
+
+
+def call_backward(sub, p: Problem, *args):
+    """The user's (dQ, dK, dV), checked for type, shape and warnings."""
+    call = p.call()
+    copies = [a.copy() for a in (args or p.args)]
+    result = quiet_call(sub.flash_attention_backward, call, *copies, _hints=WARNING_HINTS, **p.kw)
+    if not isinstance(result, tuple) or len(result) != 3:
+        fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result),
+             expected="a tuple (dQ [sq, d], dK [sk, d], dV [sk, d])")
+    shapes = (p.Q.shape, p.K.shape, p.V.shape)
+    return call, [array(g, call, shape=s, what=n) for g, s, n in zip(result, shapes, NAMES)]
+
+
+def _within(got, want, atol, rtol=RTOL) -> bool:
+    if np.isnan(got).any() or math.isinf(max_error(got, want)):
+        return False
+    return bool(np.all(np.abs(got - want) <= atol + rtol * np.abs(want)))
+
+
+# --- naming the mistake ----------------------------------------------------------------------
+
+
+def diagnose(p: Problem, which: int, got) -> str:
+    """Name the mistake behind a wrong dQ (0), dK (1) or dV (2), or say where it starts."""
+    if np.isnan(got).any():
+        return ("NaN: a row that sees no key has L = -inf, and exp(S - L) became exp(-inf + inf); "
+                "such rows must give P = 0 (for example, use L = +inf there)")
+    causal = p.kw.get("causal", False)
+    sq, sk = p.Q.shape[0], p.K.shape[0]
+    candidates = [
+        (dict(scale_dq=False), "dQ is missing the scale: S = scale · Q Kᵀ, so dQ = scale · dS K"),
+        (dict(scale_dk=False), "dK is missing the scale: S = scale · Q Kᵀ, so dK = scale · dSᵀ Q"),
+        (dict(p_scale=False), "P was recomputed from unscaled scores: P = exp(scale · Q Kᵀ - L)"),
+        (dict(d_from="zero"), "D is missing: dS = P ∘ (dP - D) with D = rowsum(dO ∘ O)"),
+        (dict(ds_sign=-1.0), "dS has the wrong sign: dS = P ∘ (dP - D), not P ∘ (D - dP)"),
+    ]
+    if sq == sk:
+        candidates.append((dict(d_from="V"), "D was computed from V: D = rowsum(dO ∘ O), with the forward's O"))
+    Br, Bc = p.kw.get("Br", 16), p.kw.get("Bc", 16)
+    if sk % Bc:
+        candidates.append((dict(keys_upto=sk - sk % Bc),
+                           "the last, shorter K/V block was dropped: loop j over range(0, sk, Bc), slice K[j:j+Bc]"))
+    if sq % Br:
+        candidates.append((dict(queries_upto=sq - sq % Br),
+                           "the last, shorter Q block was dropped: loop i over range(0, sq, Br), slice Q[i:i+Br]"))
+    if causal:
+        candidates += [
+            (dict(align="top-left"), "the mask is aligned top-left (j <= i); like the forward, align it "
+                                     "bottom-right: query i sees keys j <= i + (sk - sq)"),
+            (dict(shift=-1), "causal mask off by one: the diagonal key is visible, use j <= i + (sk - sq), not <"),
+            (dict(shift=+1), "causal mask off by one: one key too many is visible, the last is i + (sk - sq)"),
+            (dict(causal=False), "causal=True was ignored in the backward pass: mask S exactly as the forward did"),
+        ]
+    for mistake, hint in candidates:
+        variant = p.reference(**mistake)[which]
+        if matches(got, variant, atol=1e-8) and not matches(variant, p.reference()[which], atol=1e-8):
+            return hint
+    return locate(p, which, got)
+
+
+def locate(p: Problem, which: int, got) -> str:
+    want = p.reference()[which]
+    block, what = (p.kw.get("Br", 16), "query") if which == 0 else (p.kw.get("Bc", 16), "key")
+    index = first_wrong_block(got, want, block, ATOL, RTOL)
+    if index is None:
+        return ""
+    n = got.shape[0]
+    rows = slice(index * block, min((index + 1) * block, n))
+    where = f"the first wrong {what} block is {index} (rows {rows.start}..{rows.stop - 1} of {NAMES[which]})"
+    if rows.stop == n and n % block and matches(got[rows], np.zeros(got[rows].shape), atol=0.0):
+        return f"{where}, the last, shorter block, left at 0: loop over range(0, n, block) and slice [i:i+block]"
+    return where
+
+
+def check_backward(sub, p: Problem, atol=ATOL):
+    call, grads = call_backward(sub, p)
+    want = p.reference()
+    for which, (got, ref) in enumerate(zip(grads, want)):
+        if not _within(got, ref, atol):
+            close(got, ref, call, atol=atol, rtol=RTOL, what=NAMES[which], hint=diagnose(p, which, got))
+    return grads
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def test_small_square(sub, rng):
+    """A small square input (sq = sk = 8, d = 4, Br = Bc = 4) gives the right dQ, dK and dV"""
+    check_backward(sub, Problem(rng, 8, 8, 4, Br=4, Bc=4))
+
+
+SHAPES = {
+    "ragged last blocks": [(37, 37, 8, 16, 16), (45, 45, 4, 8, 8)],
+    "sq != sk": [(20, 53, 8, 16, 16), (50, 13, 8, 16, 16)],
+    "Br != Bc": [(33, 41, 8, 4, 16), (33, 41, 8, 16, 5)],
+    "blocks longer than the sequence": [(5, 7, 8, 16, 16), (3, 30, 4, 64, 8), (30, 3, 4, 8, 64)],
+    "d = 1": [(17, 23, 1, 4, 6)],
+    "blocks of one row": [(6, 9, 3, 1, 1)],
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPES), ids=list(SHAPES))
+def test_shapes(sub, rng, case):
+    """dQ, dK and dV are right for awkward shapes and block sizes"""
+    for sq, sk, d, Br, Bc in SHAPES[case]:
+        check_backward(sub, Problem(rng, sq, sk, d, Br=Br, Bc=Bc))
+
+
+def test_default_blocks(sub, rng):
+    """The default block sizes (Br = Bc = 16) work when Br and Bc are not passed"""
+    check_backward(sub, Problem(rng, 40, 70, 16))
+
+
+def test_explicit_scale(sub, rng):
+    """An explicit scale replaces 1/√d in P, dQ and dK"""
+    for scale in (0.37, 2.0):
+        check_backward(sub, Problem(rng, 24, 30, 8, Br=8, Bc=8, scale=scale))
+
+
+CAUSAL = {
+    "sq == sk": [(37, 37, 8, 8, 16), (16, 16, 4, 4, 4)],
+    "sq < sk, bottom-right": [(20, 45, 8, 8, 8), (7, 50, 4, 16, 4)],
+}
+
+
+@pytest.mark.parametrize("case", list(CAUSAL), ids=list(CAUSAL))
+def test_causal(sub, rng, case):
+    """Causal: the same bottom-right mask as the forward (query i sees keys j <= i + (sk - sq))"""
+    for sq, sk, d, Br, Bc in CAUSAL[case]:
+        check_backward(sub, Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=True))
+
+
+def test_causal_rows_without_keys(sub, rng):
+    """Causal with sq > sk: rows with L = -inf add nothing and get dQ = 0, no NaN, no warning"""
+    for sq, sk, d, Br, Bc in [(45, 20, 8, 8, 8), (50, 7, 4, 4, 16)]:
+        check_backward(sub, Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=True))
+
+
+def test_large_logits(sub, rng):
+    """Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy"""
+    for sq, sk, d, Br, Bc, causal in [(24, 40, 8, 8, 16, False), (33, 21, 4, 16, 8, True)]:
+        Q = rng.normal(size=(sq, d))
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True) * rng.uniform(1e3, 1e4, size=(sq, 1)) / 3.0
+        check_backward(sub, Problem(rng, sq, sk, d, Q=Q, Br=Br, Bc=Bc, causal=causal), atol=1e-7)
+
+
+def test_uses_given_o_and_l(sub, rng):
+    """The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed"""
+    p = Problem(rng, 19, 26, 8, Br=8, Bc=8)
+    O_true, L_true = p.O, p.L
+    # Shift L by 1 (P shrinks by e) and nudge O: the contract's formulas give a known, different answer.
+    p.L = p.L + 1.0
+    p.O = p.O + 0.25 * rng.normal(size=p.O.shape)
+    call, grads = call_backward(sub, p)
+    ignored = [
+        (attention_backward(p.Q, p.K, p.V, p.O, L_true, p.dO),
+         "your gradients ignore the L you were given (the softmax statistics were recomputed): "
+         "rebuild each P block as exp(S - L) from the saved L"),
+        (attention_backward(p.Q, p.K, p.V, O_true, p.L, p.dO),
+         "your D ignores the O you were given (O was recomputed): take D = rowsum(dO ∘ O) with the given O"),
+        (attention_backward(p.Q, p.K, p.V, O_true, L_true, p.dO),
+         "your gradients ignore the O and L you were given: use P = exp(S - L) and D = rowsum(dO ∘ O) with them"),
+    ]
+    for which, (got, ref) in enumerate(zip(grads, p.reference())):
+        if _within(got, ref, ATOL):
+            continue
+        hint = next((h for grads_, h in ignored if matches(got, grads_[which], atol=1e-8)), "")
+        close(got, ref, f"{call} with L + 1 and O perturbed", atol=ATOL, rtol=RTOL,
+              what=NAMES[which], hint=hint or diagnose(p, which, got))
+
+
+def _loss(Q, K, V, dO, causal, scale):
+    return float((attention(Q, K, V, causal, scale)[0] * dO).sum())
+
+
+def test_finite_differences(sub, rng):
+    """dQ, dK and dV agree with finite differences of sum(O ∘ dO) at sampled entries"""
+    h = 1e-5
+    for sq, sk, d, Br, Bc, causal in [(9, 14, 4, 4, 8, False), (11, 17, 3, 8, 4, True), (15, 6, 4, 4, 4, True)]:
+        p = Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=causal)
+        call, grads = call_backward(sub, p)
+        for which, name in enumerate(NAMES):
+            base = [p.Q, p.K, p.V]
+            target = base[which]
+            for _ in range(5):
+                r, c = int(rng.integers(target.shape[0])), int(rng.integers(target.shape[1]))
+                plus, minus = [a.copy() for a in base], [a.copy() for a in base]
+                plus[which][r, c] += h
+                minus[which][r, c] -= h
+                numeric = (_loss(*plus, p.dO, causal, None) - _loss(*minus, p.dO, causal, None)) / (2 * h)
+                value = float(grads[which][r, c])
+                if not abs(value - numeric) <= 1e-6 + 1e-5 * abs(numeric):
+                    fail(f"{name}[{r}, {c}] disagrees with a finite difference of sum(O ∘ dO)",
+                         called=str(call), got=f"{name}[{r}, {c}] = {value:.8g}",
+                         expected=f"≈ {numeric:.8g} (central difference, h = {h:g})",
+                         hint=diagnose(p, which, grads[which]))
+
+
+def test_key_permutation(sub, rng):
+    """Shuffling the rows of K and V shuffles the rows of dK and dV the same way, and leaves dQ alone"""
+    p = Problem(rng, 21, 29, 4, spread=1.5, Br=8, Bc=8)
+    _, (dQ, dK, dV) = call_backward(sub, p)
+    perm = rng.permutation(p.K.shape[0])
+    call, (dQ2, dK2, dV2) = call_backward(sub, p, p.Q, p.K[perm], p.V[perm], p.O, p.L, p.dO)
+    hint = "the result depends on where a key sits: is every K/V block, the last, shorter one too, included?"
+    where = f"{call} with K, V rows shuffled"
+    close(dQ2, dQ, where, atol=1e-10, rtol=1e-9, what="dQ after shuffling K and V", hint=hint)
+    close(dK2, dK[perm], where, atol=1e-10, rtol=1e-9, what="dK after shuffling K and V", hint=hint)
+    close(dV2, dV[perm], where, atol=1e-10, rtol=1e-9, what="dV after shuffling K and V", hint=hint)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
+def test_memory(sub, rng, causal):
+    """Peak memory at sq = sk = 2048 (Br = Bc = 128) stays far below one score matrix"""
+    n, d = MEMORY_SIZE, 16
+    Q, K, V, dO = (rng.normal(size=(n, d)) for _ in range(4))
+    scale = default_scale(d, None)
+    # O and L for the last 64 rows are exact; the others need only be plausible for a memory check.
+    O, L = np.zeros((n, d)), np.zeros(n)
+    O[-64:], L[-64:] = attention(Q[-64:], K, V, causal, None)
+    O[:-64], L[:-64] = V[:n - 64] * 0.1, np.log(n) + 0.1 * rng.normal(size=n - 64)
+    if causal:
+        L[:-64] = np.log(np.arange(1, n - 63))  # a row that sees i + 1 keys
+    call = Call("flash_attention_backward", f"Q, K, V, O, dO [{n}x{d}], L [{n}], Br=128, Bc=128, causal={causal}")
+    args = [a.copy() for a in (Q, K, V, O, L, dO)]
+    peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args,
+                              Br=128, Bc=128, causal=causal, scale=scale, _hints=WARNING_HINTS)
+    check_peak(peak, call, "flash_attention_backward")
+    if not isinstance(result, tuple) or len(result) != 3:
+        fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
+    dQ = array(result[0], call, shape=(n, d), what="dQ")
+    want = attention_backward(Q[-64:], K, V, O[-64:], L[-64:], dO[-64:], causal, None)[0]
+    close(dQ[-64:], want, call, atol=ATOL, rtol=RTOL, what="dQ (last 64 rows)",
+          hint="memory is fine, but dQ is wrong at this size; the other checks name the mistake")
+
+
+def test_inputs_untouched(sub, rng):
+    """Q, K, V, O, L and dO are not modified"""
+    p = Problem(rng, 23, 19, 4, Br=8, Bc=8, causal=True)  # sq > sk: L starts with four -inf rows
+    args = list(p.args)
+    before = [a.copy() for a in args]
+    quiet_call(sub.flash_attention_backward, p.call(), *args, _hints=WARNING_HINTS, **p.kw)
+    for name, now, then in zip(("Q", "K", "V", "O", "L", "dO"), args, before):
+        if not matches(now, then, atol=0.0):
+            fail(f"flash_attention_backward changed its input {name} in place", called=str(p.call()),
+                 hint="work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the caller's L)")
