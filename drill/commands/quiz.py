@@ -74,7 +74,9 @@ WORDS = {
 def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str | None) -> None:
     """Review the follow-up question cards that are due.
 
-    Without a terminal, answers are read from standard input, one per line.
+    Without a terminal, answers are read from standard input, one per line: a
+    recall card takes two lines (anything to reveal, then 1-4 or a/h/g/e, empty
+    for Good), a numeric or choice card takes one (empty for "don't know").
     """
     deck = cards.all_cards()
     known_tags = sorted({t for card in deck for t in card.tags})
@@ -84,10 +86,9 @@ def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str 
     selected = {card.id: card for card in deck if tag is None or tag in card.tags}
     with Store() as store:
         lang = remembered_language(store, lang)
-        words = WORDS[lang]
         order = reviews.by_due(store, selected) if cram else reviews.due_now(store, selected)
         if not order:
-            console.print(words["nothing"] + " " + _next_due_line(store, selected, lang))
+            console.print(WORDS[lang]["nothing"] + " " + _next_due_line(store, selected, lang))
             return
         session = Session(store, lang, cram, Keyboard() if interactive() else ScriptedInput())
         try:
