@@ -64,6 +64,9 @@ DERIVED = {
     "causal-alignment-count": _bottom_right_visible(0, 2, 5),
     "ring-merge-worked": _logaddexp(1.0, 3.0),
     "exp2-convert": 10 * math.log(2),
+    "attention-flops-formula": 4 * 1 * 32 * 4096**2 * 128 / 1e9,
+    "attention-tflops-rate": 4 * 1 * 32 * 4096**2 * 128 / 0.5e-3 / 1e12,
+    "h200-sdpa-fraction": 624 / 794 * 100,
 }
 # Figures quoted from the papers or spec sheets (nothing to derive).
 QUOTED = {"fig2-gflops-after": 75.2, "sram-per-sm": 228}
