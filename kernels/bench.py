@@ -176,6 +176,37 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
     return rows
 
 
+def warm_flex(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
+              dtype: str = "bfloat16", log: Callable[[str], None] = print) -> None:
+    """Compile FlexAttention (forward and backward) for every benchmark shape, once.
+
+    Meant to run in a separate process while the tests run: torch.compile's caches are on
+    disk, so the timing process later finds the kernels built."""
+    import torch
+
+    flex = _implementations(None).get("flex")
+    if flex is None:
+        log("warm_flex: no FlexAttention in this torch")
+        return
+    dt = getattr(torch, dtype)
+    for d in ds:
+        h = HEADS.get(d, max(1, 2048 // d))
+        for s in seqs:
+            b = max(1, tokens // s)
+            for causal in causals:
+                t0 = time.time()
+                try:
+                    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))
+                    o = flex(q, k, v, causal, 1.0 / math.sqrt(d))
+                    torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
+                    with torch.no_grad():
+                        flex(q.detach(), k.detach(), v.detach(), causal, 1.0 / math.sqrt(d))
+                    torch.cuda.synchronize()
+                    log(f"warm_flex D={d} S={s} causal={causal}: {time.time() - t0:.1f}s")
+                except Exception as exc:
+                    log(f"warm_flex D={d} S={s} causal={causal}: failed {type(exc).__name__}: {exc}")
+
+
 def format_row(row: dict, names) -> str:
     t = row["tflops"]
     cells = " ".join(f"{n}={t[n]:.0f}" if n in t else f"{n}=n/a" for n in names)
@@ -333,7 +364,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--kernel", help="a file defining flash_attention(q, k, v, causal, sm_scale)")
     ap.add_argument("--json", help="write rows here")
+    ap.add_argument("--warm-flex", action="store_true", help="only compile FlexAttention for the table's shapes")
     a = ap.parse_args(argv)
+    if a.warm_flex:
+        warm_flex(**(dict(ds=(128,), seqs=(4096, 16384)) if a.quick else {}))
+        return 0
     impls = [n for n in IMPLS if not (a.no_flex and n == "flex")]
     user = load_user_kernel(a.kernel) if a.kernel else None
     kw = dict(ds=(128,), seqs=(4096, 16384)) if a.quick else {}

@@ -24,11 +24,15 @@ Backward (deterministic: every output element is written by exactly one program)
     dQ pass: one program per query block, looping over key blocks:
         p = 2^(Q K^T * scale*log2e - lse2);  dp = dO V^T;  ds = p (dp - delta);  dQ += ds K * scale
 
-Two ways of moving tiles, picked at launch by the constexpr USE_TMA:
-  * tensor descriptors built in the kernel (tl.make_tensor_descriptor): on Hopper they
-    lower to TMA bulk copies; out-of-range rows read as zero and are never written.
-  * plain pointer arithmetic with masked loads: any CUDA GPU, odd alignments.
-Both run under TRITON_INTERPRET=1 (tl.make_block_ptr does not, on Triton 3.9).
+Three ways of moving tiles, picked at launch by the constexpr MODE:
+  2 host tensor descriptors over the [B*H*S, D] rows of every head (the fast Hopper path:
+    TMA bulk copies, nothing to set up per program); used when each tensor's rows are
+    evenly spaced and the block sizes divide Sq and Sk, so no tile crosses into a
+    neighbouring head.
+  1 tensor descriptors built in the kernel per head (tl.make_tensor_descriptor): TMA as
+    well; out-of-range rows read as zero and are never written, so ragged blocks are safe.
+  0 plain pointer arithmetic with masked loads: any CUDA GPU, odd alignments.
+All three run under TRITON_INTERPRET=1 (tl.make_block_ptr does not, on Triton 3.9).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 import triton.runtime.errors
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -49,19 +54,24 @@ LN2 = 0.6931471805599453
 
 
 @triton.jit
-def _tile_source(base, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
-    """A descriptor over one head's [n_rows, D] matrix, or its base pointer."""
-    if USE_TMA:
-        return tl.make_tensor_descriptor(base, shape=[n_rows, D], strides=[stride_row, 1], block_shape=[BLOCK, D])
+def _tile_source(base, offset, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
+    """What tiles of one head's [n_rows, D] matrix are read through (MODE: module docstring)."""
+    if MODE == 1:
+        return tl.make_tensor_descriptor(base + offset, shape=[n_rows, D], strides=[stride_row, 1],
+                                         block_shape=[BLOCK, D])
+    elif MODE == 2:
+        return base  # a host descriptor over all heads' rows, [B*H*n_rows, D]
     else:
-        return base
+        return base + offset
 
 
 @triton.jit
-def _load_rows(src, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
+def _load_rows(src, head_row0, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
     """Rows [row0, row0 + BLOCK) of one head, zeros past n_rows. -> [BLOCK, D]"""
-    if USE_TMA:
+    if MODE == 1:
         return src.load([row0, 0])
+    elif MODE == 2:
+        return src.load([head_row0 + row0, 0])
     else:
         rows = row0 + tl.arange(0, BLOCK)
         ptrs = src + rows[:, None] * stride_row + tl.arange(0, D)[None, :]
@@ -69,10 +79,13 @@ def _load_rows(src, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constex
 
 
 @triton.jit
-def _store_rows(dst, row0, n_rows, stride_row, x, BLOCK: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
+def _store_rows(dst, head_row0, row0, n_rows, stride_row, x, BLOCK: tl.constexpr, D: tl.constexpr,
+                MODE: tl.constexpr):
     """Write x [BLOCK, D] to rows [row0, row0 + BLOCK), dropping rows past n_rows."""
-    if USE_TMA:
+    if MODE == 1:
         dst.store([row0, 0], x)
+    elif MODE == 2:
+        dst.store([head_row0 + row0, 0], x)
     else:
         rows = row0 + tl.arange(0, BLOCK)
         ptrs = dst + rows[:, None] * stride_row + tl.arange(0, D)[None, :]
@@ -83,11 +96,11 @@ def _store_rows(dst, row0, n_rows, stride_row, x, BLOCK: tl.constexpr, D: tl.con
 
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
+def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
                BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+               MODE: tl.constexpr, WARP_SPEC: tl.constexpr):
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
-        k = _load_rows(k_src, start_n, SK, sks, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
+        k = _load_rows(k_src, k_row0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
         qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N], fp32
         if MASKED:
             cols = start_n + tl.arange(0, BLOCK_N)
@@ -107,15 +120,15 @@ def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, lo, hi, rows_shifte
             alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
+        v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)  # [BLOCK_N, D]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
-def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, lo, hi, qk_scale,
-                        BLOCK_N: tl.constexpr, D: tl.constexpr, USE_TMA: tl.constexpr):
+def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo, hi, qk_scale,
+                        BLOCK_N: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
     """The unmasked stage with the next block's Q K^T issued before this block's softmax.
 
     On Hopper the score matmul is an asynchronous wgmma: carrying its result into the next
@@ -123,17 +136,17 @@ def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, lo, hi, qk
     FlashAttention-3 overlap, within one warpgroup). Costs one wasted Q K^T per program (the
     prefetch past `hi`, which reads zeros or the first diagonal block).
     """
-    k = _load_rows(k_src, lo, SK, sks, BLOCK_N, D, USE_TMA)
+    k = _load_rows(k_src, k_row0, lo, SK, sks, BLOCK_N, D, MODE)
     qk = tl.dot(q, tl.trans(k))
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k_next = _load_rows(k_src, start_n + BLOCK_N, SK, sks, BLOCK_N, D, USE_TMA)
+        k_next = _load_rows(k_src, k_row0, start_n + BLOCK_N, SK, sks, BLOCK_N, D, MODE)
         qk_next = tl.dot(q, tl.trans(k_next))
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)
+        v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
         qk = qk_next
@@ -145,7 +158,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
                 H, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PREFETCH: tl.constexpr):
+                MODE: tl.constexpr, WARP_SPEC: tl.constexpr, PREFETCH: tl.constexpr):
     pid_m = tl.program_id(0)
     if CAUSAL:
         # heavy (late) query blocks first, so the short ones fill the tail of the grid
@@ -153,18 +166,20 @@ def _fwd_kernel(Q, K, V, O, LSE,
     off_hz = tl.program_id(1)
     b = off_hz // H
     h = off_hz % H
+    q_row0 = off_hz * SQ  # first row of this head in a [B*H*S, D] view (MODE 2)
+    k_row0 = off_hz * SK
     start_m = pid_m * BLOCK_M
 
-    q_src = _tile_source(Q + b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, USE_TMA)
-    k_src = _tile_source(K + b * skb + h * skh, SK, sks, BLOCK_N, D, USE_TMA)
-    v_src = _tile_source(V + b * svb + h * svh, SK, svs, BLOCK_N, D, USE_TMA)
-    o_src = _tile_source(O + b * sob + h * soh, SQ, sos, BLOCK_M, D, USE_TMA)
+    q_src = _tile_source(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
+    k_src = _tile_source(K, b * skb + h * skh, SK, sks, BLOCK_N, D, MODE)
+    v_src = _tile_source(V, b * svb + h * svh, SK, svs, BLOCK_N, D, MODE)
+    o_src = _tile_source(O, b * sob + h * soh, SQ, sos, BLOCK_M, D, MODE)
 
     rows = start_m + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    q = _load_rows(q_src, start_m, SQ, sqs, BLOCK_M, D, USE_TMA)  # [BLOCK_M, D]
+    q = _load_rows(q_src, q_row0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
 
     if CAUSAL:
         shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
@@ -176,19 +191,19 @@ def _fwd_kernel(Q, K, V, O, LSE,
         diag_end = SK
     rows_shifted = rows + shift
     if PREFETCH:
-        acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, 0, full_end,
-                                            qk_scale, BLOCK_N, D, USE_TMA)
+        acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, 0, full_end,
+                                            qk_scale, BLOCK_N, D, MODE)
     else:
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, 0, full_end, rows_shifted,
-                                   qk_scale, BLOCK_N, D, False, CAUSAL, USE_TMA, WARP_SPEC)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, sks, svs, SK, full_end, diag_end, rows_shifted,
-                               qk_scale, BLOCK_N, D, True, CAUSAL, USE_TMA, False)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, 0, full_end, rows_shifted,
+                                   qk_scale, BLOCK_N, D, False, CAUSAL, MODE, WARP_SPEC)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, full_end, diag_end, rows_shifted,
+                               qk_scale, BLOCK_N, D, True, CAUSAL, MODE, False)
 
     empty = l_i == 0.0  # rows that saw no key
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
-    _store_rows(o_src, start_m, SQ, sos, o.to(O.dtype.element_ty), BLOCK_M, D, USE_TMA)
+    _store_rows(o_src, q_row0, start_m, SQ, sos, o.to(q.dtype), BLOCK_M, D, MODE)
 
 
 # --------------------------------------------------------------------------- backward
@@ -218,11 +233,11 @@ def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
-def _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ, lo, hi, cols_shifted, qk_scale,
-                  BLOCK_M: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+def _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, SQ, lo, hi, cols_shifted, qk_scale,
+                  BLOCK_M: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, MODE: tl.constexpr):
     for start_m in tl.range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        q = _load_rows(q_src, start_m, SQ, sqs, BLOCK_M, D, USE_TMA)  # [BLOCK_M, D]
+        q = _load_rows(q_src, q_row0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
         # rows past SQ: lse2 = +inf makes p = 0 there
         lse2 = tl.load(LSE2 + rows, mask=rows < SQ, other=float("inf"))
         qkT = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
@@ -230,7 +245,7 @@ def _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ, lo, h
         if MASKED:
             # causal: key j is seen by row i iff j - shift <= i
             pT = tl.where(cols_shifted[:, None] <= rows[None, :], pT, 0.0)
-        do = _load_rows(do_src, start_m, SQ, sdos, BLOCK_M, D, USE_TMA)  # [BLOCK_M, D]
+        do = _load_rows(do_src, q_row0, start_m, SQ, sdos, BLOCK_M, D, MODE)  # [BLOCK_M, D]
         dv = tl.dot(pT.to(do.dtype), do, dv)
         delta = tl.load(DELTA + rows, mask=rows < SQ, other=0.0)
         dpT = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
@@ -245,22 +260,24 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
                    H, SQ, SK, sm_scale, qk_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                   USE_TMA: tl.constexpr):
+                   MODE: tl.constexpr):
     pid_n = tl.program_id(0)
     off_hz = tl.program_id(1)
     b = off_hz // H
     h = off_hz % H
+    q_row0 = off_hz * SQ  # first row of this head in a [B*H*S, D] view (MODE 2)
+    k_row0 = off_hz * SK
     start_n = pid_n * BLOCK_N
 
-    k_src = _tile_source(K + b * skb + h * skh, SK, sks, BLOCK_N, D, USE_TMA)
-    v_src = _tile_source(V + b * svb + h * svh, SK, svs, BLOCK_N, D, USE_TMA)
-    q_src = _tile_source(Q + b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, USE_TMA)
-    do_src = _tile_source(DO + b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, USE_TMA)
-    dk_src = _tile_source(DK + b * sdkb + h * sdkh, SK, sdks, BLOCK_N, D, USE_TMA)
-    dv_src = _tile_source(DV + b * sdvb + h * sdvh, SK, sdvs, BLOCK_N, D, USE_TMA)
+    k_src = _tile_source(K, b * skb + h * skh, SK, sks, BLOCK_N, D, MODE)
+    v_src = _tile_source(V, b * svb + h * svh, SK, svs, BLOCK_N, D, MODE)
+    q_src = _tile_source(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
+    do_src = _tile_source(DO, b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, MODE)
+    dk_src = _tile_source(DK, b * sdkb + h * sdkh, SK, sdks, BLOCK_N, D, MODE)
+    dv_src = _tile_source(DV, b * sdvb + h * sdvh, SK, sdvs, BLOCK_N, D, MODE)
 
-    k = _load_rows(k_src, start_n, SK, sks, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
-    v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)
+    k = _load_rows(k_src, k_row0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
+    v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
     LSE2 += off_hz * SQ
@@ -273,26 +290,26 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
         full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - shift, 0), BLOCK_M) * BLOCK_M
         full_lo = tl.maximum(full_lo, diag_lo)
         cols_shifted = start_n + tl.arange(0, BLOCK_N) - shift
-        dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ,
-                               diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale, BLOCK_M, D, True, USE_TMA)
+        dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, SQ,
+                               diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale, BLOCK_M, D, True, MODE)
     else:
         full_lo = 0
         cols_shifted = start_n + tl.arange(0, BLOCK_N)
-    dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, LSE2, DELTA, sqs, sdos, SQ,
-                           full_lo, SQ, cols_shifted, qk_scale, BLOCK_M, D, False, USE_TMA)
+    dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, SQ,
+                           full_lo, SQ, cols_shifted, qk_scale, BLOCK_M, D, False, MODE)
 
-    _store_rows(dv_src, start_n, SK, sdvs, dv.to(DV.dtype.element_ty), BLOCK_N, D, USE_TMA)
+    _store_rows(dv_src, k_row0, start_n, SK, sdvs, dv.to(v.dtype), BLOCK_N, D, MODE)
     dk *= sm_scale
-    _store_rows(dk_src, start_n, SK, sdks, dk.to(DK.dtype.element_ty), BLOCK_N, D, USE_TMA)
+    _store_rows(dk_src, k_row0, start_n, SK, sdks, dk.to(k.dtype), BLOCK_N, D, MODE)
 
 
 @triton.jit
-def _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
+def _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
                  BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                 USE_TMA: tl.constexpr):
+                 MODE: tl.constexpr):
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = _load_rows(k_src, start_n, SK, sks, BLOCK_N, D, USE_TMA)  # [BLOCK_N, D]
-        v = _load_rows(v_src, start_n, SK, svs, BLOCK_N, D, USE_TMA)
+        k = _load_rows(k_src, k_row0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
+        v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)
         qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
@@ -313,24 +330,26 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
                   sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
                   H, SQ, SK, sm_scale, qk_scale,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                  USE_TMA: tl.constexpr):
+                  MODE: tl.constexpr):
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m
     off_hz = tl.program_id(1)
     b = off_hz // H
     h = off_hz % H
+    q_row0 = off_hz * SQ  # first row of this head in a [B*H*S, D] view (MODE 2)
+    k_row0 = off_hz * SK
     start_m = pid_m * BLOCK_M
 
-    q_src = _tile_source(Q + b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, USE_TMA)
-    do_src = _tile_source(DO + b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, USE_TMA)
-    dq_src = _tile_source(DQ + b * sdqb + h * sdqh, SQ, sdqs, BLOCK_M, D, USE_TMA)
-    k_src = _tile_source(K + b * skb + h * skh, SK, sks, BLOCK_N, D, USE_TMA)
-    v_src = _tile_source(V + b * svb + h * svh, SK, svs, BLOCK_N, D, USE_TMA)
+    q_src = _tile_source(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
+    do_src = _tile_source(DO, b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, MODE)
+    dq_src = _tile_source(DQ, b * sdqb + h * sdqh, SQ, sdqs, BLOCK_M, D, MODE)
+    k_src = _tile_source(K, b * skb + h * skh, SK, sks, BLOCK_N, D, MODE)
+    v_src = _tile_source(V, b * svb + h * svh, SK, svs, BLOCK_N, D, MODE)
 
     rows = start_m + tl.arange(0, BLOCK_M)
-    q = _load_rows(q_src, start_m, SQ, sqs, BLOCK_M, D, USE_TMA)
-    do = _load_rows(do_src, start_m, SQ, sdos, BLOCK_M, D, USE_TMA)
+    q = _load_rows(q_src, q_row0, start_m, SQ, sqs, BLOCK_M, D, MODE)
+    do = _load_rows(do_src, q_row0, start_m, SQ, sdos, BLOCK_M, D, MODE)
     lse2 = tl.load(LSE2 + off_hz * SQ + rows, mask=rows < SQ, other=float("inf"))
     delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
@@ -344,12 +363,12 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
         full_end = SK // BLOCK_N * BLOCK_N
         diag_end = SK
     rows_shifted = rows + shift
-    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, sks, svs, SK, 0, full_end, rows_shifted,
-                      qk_scale, BLOCK_N, D, False, CAUSAL, USE_TMA)
-    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, sks, svs, SK, full_end, diag_end, rows_shifted,
-                      qk_scale, BLOCK_N, D, True, CAUSAL, USE_TMA)
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, 0, full_end, rows_shifted,
+                      qk_scale, BLOCK_N, D, False, CAUSAL, MODE)
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, full_end, diag_end, rows_shifted,
+                      qk_scale, BLOCK_N, D, True, CAUSAL, MODE)
     dq *= sm_scale
-    _store_rows(dq_src, start_m, SQ, sdqs, dq.to(DQ.dtype.element_ty), BLOCK_M, D, USE_TMA)
+    _store_rows(dq_src, q_row0, start_m, SQ, sdqs, dq.to(q.dtype), BLOCK_M, D, MODE)
 
 
 # --------------------------------------------------------------------------- launch configs
@@ -408,7 +427,7 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple) -> None:
+def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple, tiles) -> None:
     """Launch kernel with a pinned, cached or freshly tuned config for this shape bucket."""
     if kind in FORCED_CONFIGS:
         cfg = FORCED_CONFIGS[kind]
@@ -419,34 +438,47 @@ def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple) ->
     else:
         cfg = _TUNED.get((kind,) + key)
         if cfg is None:
-            cfg = _tune(kind, kernel, grid_fn, args, const)
+            cfg = _tune(kind, kernel, grid_fn, args, const, tiles)
             _TUNED[(kind,) + key] = cfg
     if kind in FORCED_CONFIGS or _interpreting():
-        _run(kernel, grid_fn, args, const, cfg)
+        _run(kernel, grid_fn, args, const, cfg, tiles)
         return
     # the default may not fit (fp32 tiles need twice the shared memory): fall back in order
     for i, c in enumerate([cfg] + _candidates(kind, const["D"])):
         try:
-            _run(kernel, grid_fn, args, const, c)
+            _run(kernel, grid_fn, args, const, c, tiles)
             return
         except triton.runtime.errors.OutOfResources:
             if i == len(_candidates(kind, const["D"])):
                 raise
 
 
-def _run(kernel, grid_fn, args, const, cfg):
+def _run(kernel, grid_fn, args, const, cfg, tiles=None):
+    """Launch with one config. tiles = (host_ok, SQ, SK, [(arg index, 'M' or 'N'), ...]): when the
+    tensors allow it and the blocks divide the sequence lengths, those arguments become host
+    tensor descriptors over [B*H*S, D] (MODE 2): no per-program descriptor set-up."""
     meta = {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
     grid = grid_fn(meta)
+    if tiles is not None and tiles[0] and tiles[1] % cfg["BLOCK_M"] == 0 and tiles[2] % cfg["BLOCK_N"] == 0:
+        _, SQ, SK, spec = tiles
+        args = list(args)
+        for i, role in spec:
+            t = args[i]
+            rows = SQ if role == "M" else SK
+            block = cfg["BLOCK_M"] if role == "M" else cfg["BLOCK_N"]
+            args[i] = TensorDescriptor(t, [t.shape[0] * t.shape[1] * rows, t.shape[3]], [t.stride(2), 1],
+                                       [block, t.shape[3]])
+        const = {**const, "MODE": 2}
     kernel[grid](*args, **const, **meta, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def _tune(kind, kernel, grid_fn, args, const) -> dict:
+def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
     best, best_ms = None, float("inf")
     for cfg in _candidates(kind, const["D"]):
-        if not const.get("USE_TMA", True) and cfg.get("WARP_SPEC"):
+        if not const.get("MODE", True) and cfg.get("WARP_SPEC"):
             continue
         try:
-            ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg), warmup=5, rep=20)
+            ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg, tiles), warmup=5, rep=20)
         except Exception:  # a config that does not compile or fit (shared memory, registers)
             continue
         if ms < best_ms:
@@ -468,19 +500,30 @@ def _alloc_scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() and not _interpreting() else "cpu")
 
 
-def _tma_ok(*tensors: torch.Tensor) -> bool:
-    """Device tensor descriptors need 16-byte aligned bases and row strides, unit last stride."""
-    if os.environ.get("DRILL_FLASH_TMA", "1") == "0":
-        return False
-    if _interpreting():
-        return True
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
-        return False
-    for t in tensors:
-        es = t.element_size()
-        if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
-            return False
-    return True
+def _tile_modes(*tensors: torch.Tensor) -> tuple[int, bool]:
+    """(MODE for per-head tiles, whether host descriptors over [B*H*S, D] may be used).
+
+    Tensor descriptors need sm_90+, 16-byte aligned bases and row strides and a unit last
+    stride; the host form also needs each tensor's (B, H, S) rows evenly spaced.
+    DRILL_FLASH_TMA=0 forces pointers, =1 per-program device descriptors only."""
+    env = os.environ.get("DRILL_FLASH_TMA", "auto")
+    if env == "0":
+        return 0, False
+    if not _interpreting():
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
+            return 0, False
+        for t in tensors:
+            es = t.element_size()
+            if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
+                return 0, False
+    host = env != "1" and all(_rows_evenly_spaced(t) for t in tensors)
+    return 1, host
+
+
+def _rows_evenly_spaced(t: torch.Tensor) -> bool:
+    B, H, S, _ = t.shape
+    s0, s1, s2, _ = t.stride()
+    return (H == 1 or s1 == S * s2) and (B == 1 or s0 == H * S * s2)
 
 
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -496,15 +539,16 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
     SK = k.shape[2]
     o = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
-    use_tma = _tma_ok(q, k, v)
-    if use_tma:
+    mode, host = _tile_modes(q, k, v)
+    if mode:
         triton.set_allocator(_alloc_scratch)
     args = (q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
             H, SQ, SK, sm_scale * LOG2E)
-    const = dict(D=D, CAUSAL=causal, USE_TMA=use_tma)
+    const = dict(D=D, CAUSAL=causal, MODE=mode)
     grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
-    key = (D, causal, str(q.dtype), use_tma, _bucket(SQ), _bucket(SK))
-    _launch("fwd", _fwd_kernel, grid_fn, args, const, key)
+    key = (D, causal, str(q.dtype), mode, host, _bucket(SQ), _bucket(SK))
+    tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M")])
+    _launch("fwd", _fwd_kernel, grid_fn, args, const, key, tiles)
     return o, lse
 
 
@@ -524,19 +568,22 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
     dq = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
     dk = torch.empty((B, H, SK, D), dtype=k.dtype, device=q.device)
     dv = torch.empty((B, H, SK, D), dtype=v.dtype, device=q.device)
-    use_tma = _tma_ok(q, k, v, do)
-    if use_tma:
+    mode, host = _tile_modes(q, k, v, do)
+    if mode:
         triton.set_allocator(_alloc_scratch)
-    const = dict(D=D, CAUSAL=causal, USE_TMA=use_tma)
-    key = (D, causal, str(q.dtype), use_tma, _bucket(SQ), _bucket(SK))
+    const = dict(D=D, CAUSAL=causal, MODE=mode)
+    key = (D, causal, str(q.dtype), mode, host, _bucket(SQ), _bucket(SK))
     kv_args = (q, k, v, do, dk, dv, lse2, delta,
                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                *dk.stride()[:3], *dv.stride()[:3], H, SQ, SK, sm_scale, sm_scale * LOG2E)
-    _launch("bwd_kv", _bwd_kv_kernel, lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * H), kv_args, const, key)
+    kv_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "N"), (5, "N")])
+    _launch("bwd_kv", _bwd_kv_kernel, lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * H), kv_args, const, key,
+            kv_tiles)
     q_args = (q, k, v, do, dq, lse2, delta,
               *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
               H, SQ, SK, sm_scale, sm_scale * LOG2E)
-    _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key)
+    q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
+    _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key, q_tiles)
     return dq, dk, dv
 
 

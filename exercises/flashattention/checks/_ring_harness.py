@@ -176,8 +176,10 @@ def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases
         before = [s.clone() for s in shards]
         r.barrier()
         r.case = name
+        counter = _flop_counter()
         try:
-            out = fn(*shards, group=None, causal=bool(case["causal"]))
+            with counter:
+                out = fn(*shards, group=None, causal=bool(case["causal"]))
         except BaseException as exc:  # noqa: BLE001 - the rank stops here; the launcher sees why
             r.case = None
             r.emit(event="case_error", case=name, **_describe(exc, user_file))
@@ -185,7 +187,8 @@ def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases
         r.case = None
         changed = [t for t, a, b in zip("qkv", shards, before)
                    if a.shape != b.shape or not torch.equal(a.nan_to_num(7.25), b.nan_to_num(7.25))]
-        result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__}
+        result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__,
+                  "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None}
         if isinstance(out, (tuple, list)) and len(out) == 2:
             o, lse = out
             result["types"] = [type(o).__name__, type(lse).__name__]
@@ -195,6 +198,18 @@ def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases
         r.emit(**result)
     r.barrier()  # every receive of every rank has completed: safe to leave
     r.emit(event="finished")
+
+
+def _flop_counter():
+    """Counts the matmul FLOPs torch runs during the call (a do-nothing context if unavailable)."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        return FlopCounterMode(display=False)
+    except Exception:  # an older torch
+        import contextlib
+
+        return contextlib.nullcontext()
 
 
 def _die_with_parent() -> None:

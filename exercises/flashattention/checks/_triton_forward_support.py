@@ -339,10 +339,16 @@ def _kernel_classes() -> list:
     return classes
 
 
+class Launches(list):
+    """The launches seen during a call; `watching` is False if this Triton offers no hook."""
+
+    watching = False
+
+
 @contextmanager
 def recording_launches():
     """Record every Triton kernel launch (kernel, its file, grid, int/bool keyword arguments)."""
-    launches: list[Launch] = []
+    launches = Launches()
     patched = []
 
     def wrap(original):
@@ -362,6 +368,7 @@ def recording_launches():
         if original is not None:
             cls.run = wrap(original)
             patched.append((cls, original))
+    launches.watching = bool(patched)
     try:
         yield launches
     finally:

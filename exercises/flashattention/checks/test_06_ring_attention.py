@@ -327,6 +327,15 @@ def test_skips_future_shards(runs):
                           "away; a fully masked block contributes nothing, so skip it (src > rank). That skip "
                           "is what saves about half the work of causal ring attention")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
+        # Rank 0 sees only its own shard: with the skip it does about 1/W of the unmasked matmul work.
+        plain, causal = (runs.done(world, 0, case).get("flops") for case in ("plain", "causal"))
+        if plain and causal is not None and causal > plain * 1.5 / world:
+            fail(f"rank 0 did {causal / plain:.0%} of the unmasked matmul work with causal=True (W = {world})",
+                 called=BY_NAME["causal"].call(world, 0), got=f"{causal} FLOPs causal, {plain} without a mask",
+                 expected=f"about 1/{world} of it: rank 0 needs its own shard only",
+                 hint="every K/V shard from a later rank is fully masked for this rank's queries: skip the "
+                      "attention for it (src > rank) instead of computing it and masking it away; that skip is "
+                      "what saves about half the work of causal ring attention")
 
 
 def test_inputs_unchanged(runs):

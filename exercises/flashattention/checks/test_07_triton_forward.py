@@ -202,14 +202,14 @@ def test_launch_grid(sub, mode):
     call = tf.describe(q, False, None)
     out, launches = tf.call_user(sub, q, k, v)
     mine = [launch for launch in launches if launch.file == submission.path()]
-    if not mine:
+    if not mine and launches.watching:
         others = ", ".join(sorted({f"{launch.kernel} ({os.path.basename(launch.file)})" for launch in launches}))
         fail("no @triton.jit kernel from your file was launched", called=call,
              got=f"launches: {others}" if others else "no Triton launch at all",
              expected="_flash_forward_kernel[grid](...) from your file",
              hint="the exercise is the kernel: compute o inside _flash_forward_kernel, not with torch "
                   "operations or another module's kernel")
-    grid = mine[-1].grid
+    grid = mine[-1].grid if mine else None
     if grid is not None:
         block_m = mine[-1].constants.get("BLOCK_M")
         if len(grid) < 2 or grid[1] != B * H:
@@ -255,10 +255,10 @@ def test_low_precision_accuracy(sub, mode, dtype):
         call = tf.describe(q, causal, None)
         ref = tf.reference(q, k, v, causal, None)
         tol, naive_err = tf.tolerance(q, k, v, causal, None, ref)
+        # drill's own kernel on the same inputs, for comparison (it does not widen the tolerance)
         ref_kernel_err = float((reference_kernel(q, k, v, causal=causal).double() - ref).abs().max())
         out, _ = tf.call_user(sub, q, k, v, causal)
         out = tf.as_output(out, q, call)
-        tol = max(tol, 1.5 * ref_kernel_err)  # never stricter than what drill's own kernel achieves
         err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
         note(f"{dtype} B={B} H={H} S={S} D={D}{' causal' if causal else ''}: max error vs float64 "
              f"yours {err:.3g}, reference kernel {ref_kernel_err:.3g}, naive {dtype} attention {naive_err:.3g}")
@@ -324,15 +324,16 @@ def test_speed(sub, mode):
         def ratio(a, b):
             return f"{rate[a] / rate[b]:.2f}" if rate[a] and rate[b] else "n/a"
 
-        cells = " | ".join(f"{rate[n]:.0f}" if rate[n] else "n/a" for n in figures)
+        cells = " | ".join(f"{rate[n]:.3g}" if rate[n] else "n/a" for n in figures)
         note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
              f"{ratio('yours', 'SDPA cuDNN')}")
         if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
-            slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.0f}, "
-                        f"reference {rate['reference']:.0f} TFLOP/s")
+            slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "
+                        f"reference {rate['reference']:.3g} TFLOP/s")
     if slow:
         fail(f"your kernel runs below {MIN_SPEED_RATIO:g}× the reference kernel's TFLOP/s",
-             called="; ".join(slow),
+             called=f"flash_attention on {dtype} inputs at the sizes in the table below",
+             got="; ".join(slow), expected=f"at least {MIN_SPEED_RATIO:g}× the reference at every size",
              hint="keep q, k, v in fp16/bf16 for tl.dot (fp32 operands leave the tensor cores idle), "
                   "cast p to V's dtype before p·V, use blocks of 64-128 rows, and launch one kernel for "
                   "all heads, not one per head")
