@@ -135,6 +135,34 @@ def step_sweep(ctx: Context) -> StepResult:
     return StepResult("pass", f"{len(res)} cases swept", "\n".join(lines), {})
 
 
+def step_tile_modes(ctx: Context) -> StepResult:
+    """Our kernel with per-program device descriptors (MODE 1) against host descriptors (MODE 2)."""
+    from drill.kernels import bench
+
+    saved = os.environ.get("DRILL_FLASH_TMA")
+    res: dict = {}
+    try:
+        for mode in ("1", "auto"):
+            os.environ["DRILL_FLASH_TMA"] = mode
+            bench.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log)
+            rows = bench.bench_table(impls=("ours",), log=ctx.log)
+            for r in rows:
+                res.setdefault((r["d"], r["s"], r["causal"], r["pass"]), {})[mode] = r["tflops"].get("ours")
+    finally:
+        if saved is None:
+            os.environ.pop("DRILL_FLASH_TMA", None)
+        else:
+            os.environ["DRILL_FLASH_TMA"] = saved
+    lines = ["| D | S | mask | pass | device desc. (MODE 1) | host desc. (MODE 2) | ratio |", "|---|---|---|---|---|---|---|"]
+    for (d, s_, c, p), v in res.items():
+        a, b = v.get("1"), v.get("auto")
+        ratio = f"{b / a:.3f}" if a and b else "—"
+        lines.append(f"| {d} | {s_} | {'causal' if c else 'none'} | {p} | {a or 0:.0f} | {b or 0:.0f} | {ratio} |")
+    md = "\n".join(lines)
+    ctx.log(md)
+    return StepResult("pass", f"{len(res)} rows compared", md, {"rows": [list(k) + [v] for k, v in res.items()]})
+
+
 def step_flash_bench(ctx: Context) -> StepResult:
     """The reference kernel against SDPA (cuDNN, FLASH, EFFICIENT) and FlexAttention."""
     import torch
@@ -179,6 +207,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("env", step_env, True),
     ("tests", step_tests, True),
     ("sweep", step_sweep, False),
+    ("tile_modes", step_tile_modes, False),
     ("flash_bench", step_flash_bench, True),
 ]
 
