@@ -1,6 +1,9 @@
 # drill: flashattention/flash-backward
 # planted: the backward mask is aligned top-left (j <= i), unlike the forward
-# expect-fail: Causal: the same bottom-right mask as the forward (query i sees keys j <= i + (sk - sq)) [sq < sk
+# expect-fail: Causal: the same bottom-right mask as the forward (query i sees keys j <= i + (sk - sq))
+# expect-fail: Causal with sq > sk: rows with L = -inf add nothing and get dQ = 0, no NaN, no warning
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
+# expect-fail: dQ, dK and dV agree with finite differences of sum(O ∘ dO) at sampled entries
 """Planted mistake: the backward mask is aligned top-left (j <= i), unlike the forward."""
 
 import math

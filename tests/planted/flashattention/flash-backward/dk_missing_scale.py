@@ -1,7 +1,14 @@
 # drill: flashattention/flash-backward
 # planted: dK is not multiplied by the scale
-# expect-fail: A small square input
-# expect-fail: An explicit scale
+# expect-fail: A small square input (sq = sk = 8, d = 4, Br = Bc = 4) gives the right dQ, dK and dV
+# expect-fail: dQ, dK and dV are right for awkward shapes and block sizes
+# expect-fail: The default block sizes (Br = Bc = 16) work when Br and Bc are not passed
+# expect-fail: An explicit scale replaces 1/√d in P, dQ and dK
+# expect-fail: Causal: the same bottom-right mask as the forward (query i sees keys j <= i + (sk - sq))
+# expect-fail: Causal with sq > sk: rows with L = -inf add nothing and get dQ = 0, no NaN, no warning
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
+# expect-fail: The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed
+# expect-fail: dQ, dK and dV agree with finite differences of sum(O ∘ dO) at sampled entries
 """Planted mistake: dK is not multiplied by the scale."""
 
 import math

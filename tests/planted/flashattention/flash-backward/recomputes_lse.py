@@ -1,6 +1,6 @@
 # drill: flashattention/flash-backward
 # planted: the saved L is ignored: the logsumexp is recomputed from Q and K
-# expect-fail: The given L and O are used
+# expect-fail: The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed
 """Planted mistake: the saved L is ignored: the logsumexp is recomputed from Q and K."""
 
 import math

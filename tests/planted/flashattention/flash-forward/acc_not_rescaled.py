@@ -1,7 +1,14 @@
 # drill: flashattention/flash-forward
 # planted: the accumulator is not rescaled by exp(m_old - m_new) when the max grows
-# expect-fail: A small square input
-# expect-fail: Shuffling the rows
+# expect-fail: A small square input (sq = sk = 8, d = 4, Br = Bc = 4) matches attention
+# expect-fail: Matches attention for awkward shapes and block sizes
+# expect-fail: The default block sizes (Br = Bc = 16) work when Br and Bc are not passed
+# expect-fail: An explicit scale replaces 1/√d
+# expect-fail: Causal: query i sees keys j <= i + (sk - sq)
+# expect-fail: Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
+# expect-fail: Shuffling the rows of K and V together leaves O and L unchanged
+# expect-fail: Peak memory at sq = sk = 2048 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the accumulator is not rescaled by exp(m_old - m_new) when the max grows."""
 
 import math

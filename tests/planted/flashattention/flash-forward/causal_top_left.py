@@ -1,6 +1,8 @@
 # drill: flashattention/flash-forward
 # planted: the causal mask is aligned top-left (j <= i) instead of bottom-right
-# expect-fail: Causal: query i sees keys j <= i + (sk - sq) [sq < sk
+# expect-fail: Causal: query i sees keys j <= i + (sk - sq)
+# expect-fail: Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
 """Planted mistake: the causal mask is aligned top-left (j <= i) instead of bottom-right."""
 
 import math

@@ -1,7 +1,6 @@
 # drill: flashattention/flash-forward
 # planted: the whole sq x sk score matrix is computed up front and sliced per block
-# expect-fail: Peak memory at sq = sk = 2048 (Br = Bc = 128) stays far below one score matrix [non-causal]
-# expect-fail: Peak memory at sq = sk = 2048 (Br = Bc = 128) stays far below one score matrix [causal]
+# expect-fail: Peak memory at sq = sk = 2048 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the whole sq x sk score matrix is computed up front and sliced per block."""
 
 import math

@@ -1,6 +1,14 @@
 # drill: flashattention/flash-forward
 # planted: L is returned in base 2 (exp2 / log2 fast path, never converted back)
-# expect-fail: L is the natural-log logsumexp
+# expect-fail: A small square input (sq = sk = 8, d = 4, Br = Bc = 4) matches attention
+# expect-fail: Matches attention for awkward shapes and block sizes
+# expect-fail: The default block sizes (Br = Bc = 16) work when Br and Bc are not passed
+# expect-fail: An explicit scale replaces 1/√d
+# expect-fail: L is the natural-log logsumexp of each scaled row
+# expect-fail: Causal: query i sees keys j <= i + (sk - sq)
+# expect-fail: Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
+# expect-fail: Adding one vector to every key shifts each row's scores by a constant: O stays, L moves by it
 """Planted mistake: L is returned in base 2 (exp2 / log2 fast path, never converted back)."""
 
 import math

@@ -1,7 +1,7 @@
 # drill: flashattention/flash-forward
 # planted: no running max: exp(S) is taken directly and overflows for large scores
-# expect-fail: Scores of magnitude 1e3
-# expect-fail: Adding one vector to every key
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
+# expect-fail: Adding one vector to every key shifts each row's scores by a constant: O stays, L moves by it
 """Planted mistake: no running max: exp(S) is taken directly and overflows for large scores."""
 
 import math

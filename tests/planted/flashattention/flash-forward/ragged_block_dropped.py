@@ -1,7 +1,13 @@
 # drill: flashattention/flash-forward
 # planted: the last, shorter key block is skipped
-# expect-fail: Matches attention for awkward shapes and block sizes [ragged
-# expect-fail: The default block sizes
+# expect-fail: Matches attention for awkward shapes and block sizes
+# expect-fail: The default block sizes (Br = Bc = 16) work when Br and Bc are not passed
+# expect-fail: An explicit scale replaces 1/√d
+# expect-fail: L is the natural-log logsumexp of each scaled row
+# expect-fail: Causal: query i sees keys j <= i + (sk - sq)
+# expect-fail: Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning
+# expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
+# expect-fail: Shuffling the rows of K and V together leaves O and L unchanged
 """Planted mistake: the last, shorter key block is skipped."""
 
 import math

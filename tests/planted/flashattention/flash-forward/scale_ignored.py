@@ -1,6 +1,6 @@
 # drill: flashattention/flash-forward
 # planted: an explicit scale is ignored: 1/sqrt(d) is always used
-# expect-fail: An explicit scale
+# expect-fail: An explicit scale replaces 1/√d
 """Planted mistake: an explicit scale is ignored: 1/sqrt(d) is always used."""
 
 import math

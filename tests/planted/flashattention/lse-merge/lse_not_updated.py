@@ -1,7 +1,13 @@
 # drill: flashattention/lse-merge
 # planted: the merged L is left as L1 (O is right)
+# expect-fail: Two halves of the keys merge into attention over all of them
 # expect-fail: merge_partials(a, b) equals merge_partials(b, a)
-# expect-fail: merge_many gives the same result in any order
+# expect-fail: Random splits into 2 to 8 parts, merged pair by pair, give full attention
+# expect-fail: merge_many over random splits into 2 to 8 parts gives full attention
+# expect-fail: |L| up to 1e4 merges without overflow and stays exact
+# expect-fail: A part with L = -inf contributes nothing
+# expect-fail: Both parts -inf give O = 0 and L = -inf, with no NaN and no warning
+# expect-fail: merge_many gives the same result in any order of the parts
 """Planted mistake: the merged L is left as L1 (O is right)."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 # drill: flashattention/lse-merge
 # planted: merge_many starts from parts[0] and parts[1], so one part raises IndexError
-# expect-fail: merge_many of one part
+# expect-fail: merge_many of one part returns that part
 """Planted mistake: merge_many starts from parts[0] and parts[1], so one part raises IndexError."""
 
 import numpy as np

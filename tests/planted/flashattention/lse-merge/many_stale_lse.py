@@ -1,8 +1,9 @@
 # drill: flashattention/lse-merge
 # planted: merge_many keeps the first part’s L instead of the running merged L
-# expect-fail: merge_many over random splits
-# expect-fail: merge_many gives the same result in any order
-# expect-fail: merge_many equals repeated pairwise merges
+# expect-fail: merge_many over random splits into 2 to 8 parts gives full attention
+# expect-fail: |L| up to 1e4 merges without overflow and stays exact
+# expect-fail: merge_many gives the same result in any order of the parts
+# expect-fail: merge_many equals repeated pairwise merges with merge_partials
 """Planted mistake: merge_many keeps the first part’s L instead of the running merged L."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 # drill: flashattention/lse-merge
 # planted: no guard when both parts are -inf: -inf - (-inf) gives NaN and a warning
-# expect-fail: Both parts -inf
+# expect-fail: Both parts -inf give O = 0 and L = -inf, with no NaN and no warning
 """Planted mistake: no guard when both parts are -inf: -inf - (-inf) gives NaN and a warning."""
 
 import numpy as np

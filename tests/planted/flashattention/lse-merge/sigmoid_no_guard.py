@@ -1,7 +1,8 @@
 # drill: flashattention/lse-merge
 # planted: the sigmoid form O1 - sigmoid(L2 - L1)(O1 - O2) without a guard for -inf parts
 # expect-fail: A part with L = -inf contributes nothing
-# expect-fail: Both parts -inf
+# expect-fail: Both parts -inf give O = 0 and L = -inf, with no NaN and no warning
+# expect-fail: merge_many gives the same result in any order of the parts
 """Planted mistake: the sigmoid form O1 - sigmoid(L2 - L1)(O1 - O2) without a guard for -inf parts."""
 
 import numpy as np

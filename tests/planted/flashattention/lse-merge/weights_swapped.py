@@ -1,7 +1,12 @@
 # drill: flashattention/lse-merge
 # planted: O1 is weighted by e^(L2 - L) and O2 by e^(L1 - L)
-# expect-fail: Two halves of the keys
-# expect-fail: Random splits into 2 to 8 parts, merged pair by pair
+# expect-fail: Two halves of the keys merge into attention over all of them
+# expect-fail: Random splits into 2 to 8 parts, merged pair by pair, give full attention
+# expect-fail: merge_many over random splits into 2 to 8 parts gives full attention
+# expect-fail: |L| up to 1e4 merges without overflow and stays exact
+# expect-fail: A part with L = -inf contributes nothing
+# expect-fail: Both parts -inf give O = 0 and L = -inf, with no NaN and no warning
+# expect-fail: merge_many gives the same result in any order of the parts
 """Planted mistake: O1 is weighted by e^(L2 - L) and O2 by e^(L1 - L)."""
 
 import numpy as np
