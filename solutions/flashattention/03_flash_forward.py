@@ -25,7 +25,7 @@ def flash_attention_forward(Q, K, V, Br=16, Bc=16, causal=False, scale=None):
             Kj, Vj = K[j:j + Bc], V[j:j + Bc]  # [bc, d]
             S = (Qi @ Kj.T) * scale  # [br, bc], lives only in this iteration
             if causal:
-                # Bottom-right alignment: query i sees keys up to i + (sk - sq).
+                # Bottom-right alignment: query row r sees key c only if c <= r + (sk - sq).
                 cols = np.arange(j, j + len(Kj))
                 S = np.where(cols[None, :] <= rows[:, None] + (sk - sq), S, -np.inf)
 
@@ -39,9 +39,9 @@ def flash_attention_forward(Q, K, V, Br=16, Bc=16, causal=False, scale=None):
             acc = alpha[:, None] * acc + P @ Vj
             m = m_new
 
-        # Normalise once, at the end. Rows that saw no key (l = 0) keep O = 0, L = -inf.
-        seen = l > 0
-        l_safe = np.where(seen, l, 1.0)
-        O[i:i + len(Qi)] = np.where(seen[:, None], acc / l_safe[:, None], 0.0)
-        L[i:i + len(Qi)] = np.where(seen, shift + np.log(l_safe), -np.inf)  # natural log
+        # Normalise once, at the end. Rows that saw no key have l = 0 and acc = 0:
+        # dividing by 1 instead keeps O = 0, and m + log(1) = -inf is their L.
+        l_safe = np.where(l > 0, l, 1.0)
+        O[i:i + len(Qi)] = acc / l_safe[:, None]
+        L[i:i + len(Qi)] = m + np.log(l_safe)  # natural-log logsumexp of each row
     return O, L
