@@ -3,6 +3,7 @@
 # expect-fail: One head
 # expect-fail: Ragged S
 # expect-fail: Your @triton.jit kernel
+# expect-fail-gpu: Low precision
 """A FlashAttention forward kernel in Triton: reference solution (clarity first).
 
 One program per (block of BLOCK_M queries, batch*head). The program keeps its Q block, the

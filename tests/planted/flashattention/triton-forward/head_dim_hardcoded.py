@@ -1,6 +1,7 @@
 # drill: flashattention/triton-forward
 # planted: the accumulator is allocated with 32 columns instead of D
 # expect-fail: Head dims
+# expect-fail-gpu: Low precision
 """A FlashAttention forward kernel in Triton: reference solution (clarity first).
 
 One program per (block of BLOCK_M queries, batch*head). The program keeps its Q block, the
