@@ -82,6 +82,19 @@ def _implementations(user_fn: Callable | None) -> dict[str, Callable]:
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+        # one compile per shape, mask and grad mode: 24 graphs here, past dynamo's default limit
+        # of 8 (beyond it flex_attention silently runs unfused and materialises S x S scores)
+        import torch._dynamo
+        import torch._functorch.config
+
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
+        if hasattr(torch._dynamo.config, "accumulated_recompile_limit"):
+            torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 2048)
+        # the backward is timed by replaying autograd.grad(retain_graph=True): no donated buffers
+        if hasattr(torch._functorch.config, "donated_buffer"):
+            torch._functorch.config.donated_buffer = False
         compiled = torch.compile(flex_attention, dynamic=False)
         masks: dict = {}
 

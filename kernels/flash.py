@@ -478,7 +478,7 @@ def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
         if not const.get("MODE", True) and cfg.get("WARP_SPEC"):
             continue
         try:
-            ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg, tiles), warmup=5, rep=20)
+            ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg, tiles), warmup=10, rep=50)
         except Exception:  # a config that does not compile or fit (shared memory, registers)
             continue
         if ms < best_ms:
