@@ -318,15 +318,30 @@ def _watch(world: int, ranks: list, plan: dict) -> dict:
             "ranks": [r["events"] for r in ranks]}
 
 
+def _warm_up() -> None:
+    """Pay the lazy imports once here, before forking, not once per rank on a busy CPU."""
+    with _flop_counter():
+        torch.ones(2, 2, dtype=torch.float64) @ torch.ones(2, 2, dtype=torch.float64)
+    torch.logsumexp(torch.zeros(2, 2), dim=-1)
+
+
 def main(argv: list[str]) -> int:
     user_file, work = argv
+    _warm_up()
     with open(os.path.join(work, "plan.json"), encoding="utf-8") as f:
         plan = json.load(f)
     if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # never depend on the hostname resolving
     summary = {"worlds": []}
+    stuck = None
     for world in plan["worlds"]:
-        summary["worlds"].append(run_world(world, user_file, work, plan))
+        if stuck is not None:  # a ring that hangs at W hangs at W + 1 too: do not wait for it twice
+            run = {"world": world, "status": "skipped", "after": stuck, "ranks": []}
+        else:
+            run = run_world(world, user_file, work, plan)
+            stuck = world if run["status"] == "stuck" else None
+        summary["worlds"].append(run)
+        # rewritten after every world: a launcher cut short still leaves what it saw
         with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:
             json.dump(summary, f)
     return 0

@@ -73,7 +73,8 @@ class Runs:
     # ---- raw access
 
     def events(self, world: int, rank: int) -> list[dict]:
-        return self.worlds[world]["ranks"][rank]
+        ranks = self.worlds.get(world, {}).get("ranks", [])
+        return ranks[rank] if rank < len(ranks) else []
 
     def done(self, world: int, rank: int, case: str) -> dict | None:
         for e in self.events(world, rank):
@@ -110,6 +111,9 @@ class Runs:
         return self._explain(world, run)
 
     def _explain(self, world: int, run: dict) -> str:
+        if run["status"] == "skipped":
+            return (f"not run with W = {world}: the ranks deadlocked with W = {run['after']}, "
+                    f"so larger rings were not tried. {self._explain(run['after'], self.worlds[run['after']])}")
         for rank, events in enumerate(run["ranks"]):
             for e in events:
                 kind = e.get("event")

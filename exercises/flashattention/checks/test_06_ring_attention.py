@@ -89,7 +89,7 @@ def _which_shards(parts, rows, got, index: int, rank: int, world: int) -> str:
     """Name the shards the result covers if it is attention over a wrong multiset of shards."""
     alive = [s for s, (_, lse) in enumerate(parts) if np.isfinite(lse[rows]).any()]  # shards this rank may see
     for weights in itertools.product((0, 1, 2), repeat=len(alive)):
-        if all(w == 1 for w in weights) or not any(weights):
+        if all(w == 1 for w in weights):
             continue
         full = [0] * world
         for s, w in zip(alive, weights):
@@ -105,8 +105,8 @@ def _which_shards(parts, rows, got, index: int, rank: int, world: int) -> str:
             if twice:
                 words.append(f"counts shard {_shard_list(twice)} twice")
             return (f"rank {rank}'s result is attention over the wrong shards: it {' and '.join(words)}. "
-                    f"Merge each shard it may see exactly once: its own at step 0, then one per hop, "
-                    f"{world - 1} hops in all")
+                    f"Merge each shard it may see exactly once: its own at step 0, then one per hop "
+                    f"({world - 1} hop{'s' if world > 2 else ''} in all)")
     return ""
 
 
@@ -263,6 +263,11 @@ def test_ring_neighbours(runs):
         for rank in range(world):
             ops = runs.ops(world, rank)
             to, frm = set(_sends(ops)), set(_receives(ops))
+            if not to and not frm:
+                fail(f"rank {rank} of {world} made no point-to-point send or receive",
+                     called=BY_NAME["plain"].call(world, rank), got="no isend/irecv/send/recv",
+                     expected=f"sends to {(rank + 1) % world}, receives from {(rank - 1) % world} (or the reverse)",
+                     hint="pass the K/V shards around the ring with isend/irecv or batch_isend_irecv")
             neighbours = {(rank + 1) % world, (rank - 1) % world}
             ok = len(to) == 1 and len(frm) == 1 and to <= neighbours and frm <= neighbours and to != frm
             if not ok:

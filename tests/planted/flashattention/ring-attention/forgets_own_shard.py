@@ -1,0 +1,42 @@
+# drill: flashattention/ring-attention
+# planted: passes the shard on before using it, so the rank's own K/V is never attended to
+# expect-fail: Without a mask, every rank's o and lse
+import math
+
+import torch
+import torch.distributed as dist
+
+
+def block_attention(q, k, v, mask=None):
+    s = (q @ k.T) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[:, None]) @ v, lse
+
+
+def merge(o1, lse1, o2, lse2):
+    lse = torch.logaddexp(lse1, lse2)
+    return torch.exp(lse1 - lse)[:, None] * o1 + torch.exp(lse2 - lse)[:, None] * o2, lse
+
+
+def ring_attention(q, k, v, group=None, causal=False):
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    n = q.shape[0]
+    kv = torch.stack([k, v])
+    o = lse = None
+    for step in range(1, world):
+        incoming = torch.empty_like(kv)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, (rank + 1) % world),
+                                       dist.P2POp(dist.irecv, incoming, (rank - 1) % world)])
+        for r in reqs:
+            r.wait()
+        kv = incoming
+        src = (rank - step) % world
+        if causal and src > rank:
+            continue
+        ob, lb = block_attention(q, kv[0], kv[1])
+        o, lse = (ob, lb) if o is None else merge(o, lse, ob, lb)
+    if o is None:
+        return torch.zeros_like(q), torch.full((n,), float("-inf"), dtype=q.dtype)
+    return o, lse
