@@ -22,6 +22,10 @@ from drill.grader.expect import fail, max_error, show
 # Every output element is a weighted mean of rows of v, so |o| <= max|v| (a few units here):
 # this value can never be a real output, and it is exact in fp16, bf16 and fp32.
 POISON = -32768.0
+# Elements of guard memory after every input and output buffer: more than one block of rows
+# (BLOCK_M ≤ 256 rows of D ≤ 128, times a head count), so a load or store that runs past S
+# lands in the guard, not in someone else's memory (on the CPU that aborts the grader).
+GUARD = 1 << 17
 BLOCK_CANDIDATES = (16, 32, 64, 128)  # key block sizes a kernel might use, for naming mistakes
 # Smallest tolerance, times max(1, max|expected|): a few units of the dtype's rounding.
 FLOOR = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -77,7 +81,8 @@ def make_qkv(B, H, S, D, mode: Mode, *, seed: int, scale: float = 1.0, layout: s
     gen = torch.Generator().manual_seed(seed)
 
     def draw(*shape):
-        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype).to(mode.device)
+        values = (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+        return guarded(values.to(mode.device), math.nan)
 
     if layout == "contiguous":
         return draw(B, H, S, D), draw(B, H, S, D), draw(B, H, S, D)
@@ -85,6 +90,26 @@ def make_qkv(B, H, S, D, mode: Mode, *, seed: int, scale: float = 1.0, layout: s
     k = draw(B, H, S, D)
     v = draw(B, H, S, 2 * D)[..., D:]
     return q, k, v
+
+
+def guarded(t: torch.Tensor, fill: float) -> torch.Tensor:
+    """A copy of t (same shape and strides) followed by GUARD elements of `fill` in memory.
+
+    NaN after the inputs turns a load past S without a mask into a visible NaN; POISON
+    after an output buffer shows a store past S (see PoisonAllocations.overran).
+    """
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    buf = torch.full((span + GUARD,), fill, dtype=t.dtype, device=t.device)
+    out = buf.as_strided(tuple(t.shape), tuple(t.stride()))
+    out.copy_(t)
+    return out
+
+
+def guard_of(t: torch.Tensor) -> torch.Tensor:
+    """The guard elements after a tensor made by guarded()."""
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    flat = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    return flat[t.storage_offset() + span:]
 
 
 def describe(q, causal, sm_scale) -> str:
@@ -294,24 +319,33 @@ _ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_s
 
 
 class PoisonAllocations(TorchFunctionMode):
-    """Fill every uninitialised float tensor the user's file allocates with POISON.
+    """Swap every uninitialised float tensor the user's file allocates for a poisoned one.
 
     torch.empty hands back whatever memory was free, which may hold the correct answer
-    from an earlier call (the CPU allocator reuses blocks). Poisoning makes rows the kernel
-    never wrote visible. Only allocations made directly from the user's file are touched,
-    so Triton's and torch's own scratch buffers are left alone.
+    from an earlier call (the CPU allocator reuses blocks). The replacement has the same
+    shape, strides, dtype and device, is filled with POISON (so rows the kernel never
+    writes stay visible) and is followed by a guard of POISON (so a store past the end
+    lands there and is seen, instead of corrupting memory). Only allocations made directly
+    from the user's file are swapped: Triton's and torch's own buffers are left alone.
     """
 
     def __init__(self, user_file: str):
         super().__init__()
         self.user_file = user_file
+        self.made: list[torch.Tensor] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if (getattr(func, "__name__", "") in _ALLOCATORS and isinstance(result, torch.Tensor)
-                and result.is_floating_point() and sys._getframe(1).f_code.co_filename == self.user_file):
-            result.fill_(POISON)
+                and result.is_floating_point() and not result.requires_grad
+                and sys._getframe(1).f_code.co_filename == self.user_file):
+            result = guarded(result.fill_(POISON), POISON)
+            self.made.append(result)
         return result
+
+    def overran(self) -> bool:
+        """True if anything was written past the end of a buffer the user's file allocated."""
+        return any(bool((guard_of(t) != POISON).any()) for t in self.made)
 
 
 @dataclass
@@ -386,14 +420,24 @@ def _resolve_grid(grid, constants: dict):
 
 
 def call_user(sub, q, k, v, causal=False, sm_scale=None, **extra):
-    """Run the user's flash_attention with poisoned allocations; returns (o, launches)."""
+    """Run the user's flash_attention with poisoned allocations; returns (o, launches).
+
+    Fails at once if the kernel wrote past the end of a buffer it allocated.
+    """
     kwargs = dict(extra)
     if causal:
         kwargs["causal"] = True
     if sm_scale is not None:
         kwargs["sm_scale"] = sm_scale
-    with recording_launches() as launches, PoisonAllocations(submission.path()):
+    poison = PoisonAllocations(submission.path())
+    with recording_launches() as launches, poison:
         out = sub.flash_attention(q, k, v, **kwargs)
+    if poison.overran():
+        fail("your kernel wrote past the end of o", called=describe(q, causal, sm_scale),
+             got="values in the memory just after o (drill keeps a guard there)",
+             expected="no store outside o",
+             hint="mask the store: the last query block sticks out past S, so store only rows with "
+                  "offs_m < S (tl.store(ptrs, o, mask=offs_m[:, None] < S))")
     return out, launches
 
 

@@ -39,7 +39,7 @@ def mode():
     return MODE
 
 
-def diagnose(out, q, k, v, causal, sm_scale, ref, tol, extra=None) -> str:
+def diagnose(sub, out, q, k, v, causal, sm_scale, ref, tol, extra=None) -> str:
     """The likely mistake behind a wrong output, '' if none is recognised.
 
     Most specific first: rows never written, a known wrong variant, a head holding another
@@ -55,11 +55,24 @@ def diagnose(out, q, k, v, causal, sm_scale, ref, tol, extra=None) -> str:
     if hint:
         return hint
     if bool(torch.isnan(got64).any()):
+        if reads_past_end(sub, q, k, v, causal, sm_scale):
+            return ("rows past S were loaded without a mask: drill keeps NaN in the memory after q, k and v, "
+                    "and your o picked it up; load with mask=rows[:, None] < S, other=0.0")
         return ("o contains NaN: exp(-inf - (-inf)) where a row's max is still -inf, or 0/0 where l = 0; "
-                "start m at -inf and make sure every row meets a visible key in the first key block")
+                "start m at -inf and make sure every row meets a visible key in its first key block")
     if bool(torch.isinf(got64).any()):
         return "o contains inf: exp overflowed; subtract the running max before exp"
     return ""
+
+
+def reads_past_end(sub, q, k, v, causal, sm_scale) -> bool:
+    """True if the NaN goes away when the memory after q, k and v holds zeros instead of NaN."""
+    try:
+        zeroed = [tf.guarded(t, 0.0) for t in (q, k, v)]
+        out, _ = tf.call_user(sub, *zeroed, causal, sm_scale)
+        return isinstance(out, torch.Tensor) and not bool(torch.isnan(out).any())
+    except Exception:  # noqa: BLE001 - a second failure says nothing more
+        return False
 
 
 def check_case(sub, mode, B, H, S, D, *, causal=False, sm_scale=None, seed=0, scale=1.0,
@@ -76,7 +89,7 @@ def check_case(sub, mode, B, H, S, D, *, causal=False, sm_scale=None, seed=0, sc
     out = tf.as_output(out, q, call)
     err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
     if err > tol:
-        tf.verdict(out, ref, tol, call, diagnose(out, *originals, causal, sm_scale, ref, tol, hint_extra),
+        tf.verdict(out, ref, tol, call, diagnose(sub, out, *originals, causal, sm_scale, ref, tol, hint_extra),
                    naive_err)
     return out, launches
 
@@ -189,7 +202,7 @@ def test_returns_new_tensor_inputs_unchanged(sub, mode):
         if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
             fail(f"o shares its memory with {name}", called=call,
                  hint="allocate a fresh output, torch.empty((B, H, S, D), ...)")
-    tf.verdict(out, ref, tol, call, diagnose(out, *before, False, 0.5, ref, tol), naive_err)
+    tf.verdict(out, ref, tol, call, diagnose(sub, out, *before, False, 0.5, ref, tol), naive_err)
 
 
 def test_launch_grid(sub, mode):
@@ -222,7 +235,7 @@ def test_launch_grid(sub, mode):
                  expected=f"at least S = {S} rows: triton.cdiv(S, BLOCK_M) = {-(-S // block_m)} blocks",
                  hint="S // BLOCK_M drops the last, partial block: use triton.cdiv(S, BLOCK_M)")
     out = tf.as_output(out, q, call)
-    tf.verdict(out, ref, tol, call, diagnose(out, *before, False, None, ref, tol), naive_err)
+    tf.verdict(out, ref, tol, call, diagnose(sub, out, *before, False, None, ref, tol), naive_err)
 
 
 # --------------------------------------------------------------------------- GPU only
@@ -263,7 +276,7 @@ def test_low_precision_accuracy(sub, mode, dtype):
         note(f"{dtype} B={B} H={H} S={S} D={D}{' causal' if causal else ''}: max error vs float64 "
              f"yours {err:.3g}, reference kernel {ref_kernel_err:.3g}, naive {dtype} attention {naive_err:.3g}")
         if err > tol:
-            hint = diagnose(out, q, k, v, causal, None, ref, tol) or (
+            hint = diagnose(sub, out, q, k, v, causal, None, ref, tol) or (
                 "keep m, l and acc in fp32 and cast only p to V's dtype for the p·V matmul; "
                 "store o.to(O.dtype.element_ty) once at the end")
             tf.verdict(out, ref, tol, call, hint, naive_err,
@@ -315,7 +328,7 @@ def test_speed(sub, mode):
         want = reference_kernel(q, k, v, causal=causal).double()
         tol = tf.FLOOR[SPEED_DTYPE] * max(1.0, float(want.abs().max()))
         tf.verdict(out, want, tol, call + " (speed size, against the reference kernel)",
-                   diagnose(out, q, k, v, causal, None, want, tol) if S <= 2048 else "")
+                   diagnose(sub, out, q, k, v, causal, None, want, tol) if S <= 2048 else "")
         figures = {"yours": _time(lambda: sub.flash_attention(q, k, v, causal=causal))}
         for name, fn in others:
             figures[name] = _time(lambda fn=fn: fn(q, k, v, causal))
