@@ -273,24 +273,37 @@ def name_mistake(got64, q, k, v, causal, sm_scale, tol, topic="all") -> str:
 
 
 def unwritten(got: torch.Tensor) -> str:
-    """A description of the output rows still holding the poison, '' if none."""
-    rows = (got == POISON).all(dim=-1)  # [B, H, S]
-    if not bool(rows.any()):
-        return ""
+    """A description of the output rows the kernel never wrote, '' if none.
+
+    Rows still holding POISON were never written, whatever their pattern. Rows of exact
+    zeros (an o from torch.zeros is not poisoned) count only in the patterns a too-small
+    grid leaves: whole heads, or the same trailing rows in every head.
+    """
+    poisoned = (got == POISON).all(dim=-1)  # [B, H, S]
+    if bool(poisoned.any()):
+        return _describe_unwritten(poisoned, strict=False)
+    zeros = (got == 0).all(dim=-1)
+    return _describe_unwritten(zeros, strict=True) if bool(zeros.any()) else ""
+
+
+def _describe_unwritten(rows: torch.Tensor, strict: bool) -> str:
     B, H, S = rows.shape
+    still = " (still 0: o was allocated with zeros)" if strict else ""
     heads = rows.all(dim=-1)  # [B, H]
     if bool(heads.all()):
-        return ("no row of o was written: does the kernel store into O, and does the grid have at least "
-                "one program on each axis (triton.cdiv(S, BLOCK_M) is 1 even when S < BLOCK_M)?")
+        return (f"no row of o was written{still}: does the kernel store into O, and does the grid have at "
+                "least one program on each axis (triton.cdiv(S, BLOCK_M) is 1 even when S < BLOCK_M)?")
     if bool(heads.any()):
         missing = [f"(b={b}, h={h})" for b in range(B) for h in range(H) if heads[b, h]]
-        return (f"heads {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''} were never written: "
+        return (f"heads {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''} were never written{still}: "
                 "axis 1 of the grid must run over all B·H heads, and pid → (b, h) must reach each one")
     per_row = rows.any(dim=0).any(dim=0)  # [S]
     first = int(per_row.nonzero()[0])
-    if bool(per_row[first:].all()) and bool(rows[..., first:].all()):
-        return (f"rows {first}..{S - 1} of every head were never written: the grid's first axis must "
+    if bool(per_row[first:].all()) and bool(rows[..., first:].all()) and first > 0:
+        return (f"rows {first}..{S - 1} of every head were never written{still}: the grid's first axis must "
                 f"cover every query row, triton.cdiv(S, BLOCK_M) blocks, not S // BLOCK_M")
+    if strict:
+        return ""
     idx = [int(i) for i in per_row.nonzero()[:6, 0]]
     return f"some rows were never written (rows {idx}…): is the store's mask or row offset wrong?"
 
