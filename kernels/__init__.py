@@ -5,5 +5,6 @@ commands that need it.
 """
 
 from .flash import flash_attention
+from .ring import ring_attention  # noqa: F401  (torch only at import; Triton only when a GPU block runs)
 
 __all__ = ["flash_attention"]

@@ -250,6 +250,14 @@ def step_triton_exercise(ctx: Context) -> StepResult:
                        "checks": [{k: c.get(k) for k in ("name", "status", "seconds", "message")} for c in checks]})
 
 
+def step_ring_bench(ctx: Context) -> StepResult:
+    """Ring attention on every visible GPU (NCCL): correctness against one GPU, then timing (kernels/ring_bench.py)."""
+    from drill.kernels import ring_bench
+
+    res = ring_bench.run(quick=ctx.args.quick, log=ctx.log)
+    return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
+
+
 # Extension points for other engineers: ring attention (needs several GPUs) and the user's
 # Triton exercise add their steps here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
@@ -259,6 +267,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("tile_modes", step_tile_modes, False),
     ("flash_bench", step_flash_bench, True),
     ("triton_exercise", step_triton_exercise, True),
+    ("ring_bench", step_ring_bench, True),
 ]
 
 
