@@ -189,7 +189,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None
         todo = _plan(src, rank, n, causal, layout)
         if todo is not None:
             rows, cols, block_causal = todo
-            o, lse = _block(q[..., rows, :], kv[0][..., cols, :], kv[1][..., cols, :], block_causal, scale, impl)
+            # contiguous(): a no-op for whole shards; half shards become evenly strided for the kernel
+            qb, kb, vb = (t[..., r, :].contiguous() for t, r in ((q, rows), (kv[0], cols), (kv[1], cols)))
+            o, lse = _block(qb, kb, vb, block_causal, scale, impl)
             _merge_into(o_acc, lse_acc, o, lse, rows)
         for request in pending:
             request.wait()

@@ -87,128 +87,145 @@ def spawn_ranks(fn, world: int, backend: str = "gloo", args: tuple = ()) -> list
 
 # --------------------------------------------------------------------------- in each rank
 
+# The GPU configuration; tests run the same rank code on CPUs with a tiny one.
+GPU_CONFIG = {"device": "cuda", "dtype": "bfloat16", "heads": HEADS, "dim": HEAD_DIM, "check_seq": CHECK_SEQ}
 
-def _inputs(seq: int, device, dtype, seed: int = 0):
+
+def _device(config: dict, rank: int):
     import torch
 
+    return torch.device("cuda", rank) if config["device"] == "cuda" else torch.device("cpu")
+
+
+def _inputs(seq: int, config: dict, rank: int, seed: int = 0):
+    import torch
+
+    device = _device(config, rank)
     g = torch.Generator(device=device).manual_seed(seed)
-    shape = (BATCH, HEADS, seq, HEAD_DIM)
-    return [torch.randn(shape, generator=g, device=device, dtype=dtype) for _ in range(3)]
+    shape = (BATCH, config["heads"], seq, config["dim"])
+    return [torch.randn(shape, generator=g, device=device, dtype=getattr(torch, config["dtype"])) for _ in range(3)]
 
 
-def _max_across(value: float) -> float:
+def _max_across(value: float, config: dict, rank: int) -> float:
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([value], dtype=torch.float64, device="cuda" if torch.cuda.is_available() else "cpu")
+    t = torch.tensor([value], dtype=torch.float64, device=_device(config, rank))
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
 
-def check_rank(rank: int, world: int) -> list[dict]:
-    """Ring vs single-GPU flash vs an fp32 reference, on this rank's rows; the worst over ranks."""
+def _elapsed_ms(fn, device) -> float:
+    import torch
+
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end)
+
+
+def _row_shard(x, rank: int, world: int, layout: str):
+    """shard() for [B, H, S] statistics (the sequence is the last dimension)."""
+    from drill.kernels.ring import shard
+
+    return shard(x.unsqueeze(-1), rank, world, layout).squeeze(-1)
+
+
+def check_rank(rank: int, world: int, config: dict) -> list[dict]:
+    """Ring vs single-device flash vs an fp32 reference, on this rank's rows; the worst over ranks."""
     import torch
 
     from drill.kernels.flash import flash_attention
     from drill.kernels.ring import LAYOUTS, _torch_block, ring_attention, shard
 
-    q, k, v = _inputs(CHECK_SEQ, torch.device("cuda", rank), torch.bfloat16)
+    q, k, v = _inputs(config["check_seq"], config, rank)
     rows = []
     for causal in (False, True):
-        ref_o, ref_lse = _torch_block(q, k, v, causal, 1.0 / HEAD_DIM ** 0.5)  # fp32, full sequence
+        ref_o, ref_lse = _torch_block(q, k, v, causal, 1.0 / config["dim"] ** 0.5)  # >= fp32, whole sequence
         one_o, one_lse = flash_attention(q, k, v, causal=causal, return_lse=True)
         for layout in LAYOUTS:
             mine = [shard(t, rank, world, layout) for t in (q, k, v)]
-            o, lse = ring_attention(*mine, causal=causal, layout=layout)
-            want_o, want_lse = shard(ref_o, rank, world, layout), shard(ref_lse[..., None], rank, world, layout)[..., 0]
-            base_o, base_lse = shard(one_o, rank, world, layout), shard(one_lse[..., None], rank, world, layout)[..., 0]
+            o, lse = ring_attention(*mine, causal=causal, layout=layout, impl="flash")
+            want_o, want_lse = shard(ref_o, rank, world, layout), _row_shard(ref_lse, rank, world, layout)
             err = {
                 "o_ring": (o.float() - want_o).abs().max().item(),
-                "o_flash": (base_o.float() - want_o).abs().max().item(),
+                "o_flash": (shard(one_o, rank, world, layout).float() - want_o).abs().max().item(),
                 "lse_ring": (lse.float() - want_lse).abs().max().item(),
-                "lse_flash": (base_lse.float() - want_lse).abs().max().item(),
+                "lse_flash": (_row_shard(one_lse, rank, world, layout).float() - want_lse).abs().max().item(),
             }
-            err = {key: _max_across(val) for key, val in err.items()}
-            ok = (err["o_ring"] <= 2 * err["o_flash"] + 1e-3 and err["lse_ring"] <= 2 * err["lse_flash"] + 1e-3)
+            err = {key: _max_across(val, config, rank) for key, val in err.items()}
+            ok = err["o_ring"] <= 2 * err["o_flash"] + 1e-3 and err["lse_ring"] <= 2 * err["lse_flash"] + 1e-3
             rows.append({"causal": causal, "layout": layout, "ok": ok, **err})
-        del ref_o, ref_lse
-        torch.cuda.empty_cache()
+        del ref_o, ref_lse, one_o, one_lse
+        if config["device"] == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
-def _time(fn, reps: int) -> float:
-    """Median milliseconds of fn() on this rank, then the slowest rank's median."""
-    import torch
+def _time(fn, reps: int, config: dict, rank: int) -> float:
+    """Median milliseconds of fn() on this rank, after a warm-up; then the slowest rank's median."""
     import torch.distributed as dist
 
+    device = _device(config, rank)
     fn()  # warm-up: compiles, NCCL connections
     times = []
     for _ in range(reps):
         dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return _max_across(statistics.median(times))
+        times.append(_elapsed_ms(fn, device))
+    return _max_across(statistics.median(times), config, rank)
 
 
-def time_rank(rank: int, world: int, seqs: list[int], reps: int) -> list[dict]:
+def time_rank(rank: int, world: int, seqs: list[int], reps: int, config: dict) -> list[dict]:
     import torch
     import torch.distributed as dist
 
     from drill.kernels.flash import flash_attention
     from drill.kernels.ring import ring_attention, shard
 
+    device = _device(config, rank)
     rows = []
     for seq in seqs:
-        q, k, v = _inputs(seq, torch.device("cuda", rank), torch.bfloat16, seed=seq)
+        q, k, v = _inputs(seq, config, rank, seed=seq)
         for causal in (False, True):
-            # One GPU: rank 0 runs the whole sequence while the others wait at the barrier.
+            # One device: rank 0 runs the whole sequence while the others wait at the barrier.
+            one = 0.0
             if rank == 0:
-                one = _time_alone(lambda: flash_attention(q, k, v, causal=causal), reps)
-            else:
-                one = 0.0
+                flash_attention(q, k, v, causal=causal)
+                one = statistics.median(_elapsed_ms(lambda: flash_attention(q, k, v, causal=causal), device)
+                                        for _ in range(reps))
             dist.barrier()
-            one = _max_across(one)
+            one = _max_across(one, config, rank)
             for layout in ("contiguous", "zigzag") if causal else ("contiguous",):
                 mine = [shard(t, rank, world, layout) for t in (q, k, v)]
-                ms = _time(lambda: ring_attention(*mine, causal=causal, layout=layout), reps)
+                ms = _time(lambda: ring_attention(*mine, causal=causal, layout=layout, impl="flash"), reps, config, rank)
                 rows.append({"seq": seq, "causal": causal, "layout": layout, "one_gpu_ms": one, "ring_ms": ms})
                 del mine
         del q, k, v
-        torch.cuda.empty_cache()
+        if config["device"] == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
-def _time_alone(fn, reps: int) -> float:
-    import torch
-
-    fn()
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _bench_rank(rank: int, world: int, seqs: list[int], reps: int) -> dict:
+def bench_rank(rank: int, world: int, seqs: list[int], reps: int, config: dict | None = None) -> dict:
+    """Everything one rank does: the correctness rows, then the timing rows."""
+    config = config or GPU_CONFIG
     os.environ.setdefault("DRILL_FLASH_TUNE", "0")
-    return {"check": check_rank(rank, world), "timing": time_rank(rank, world, seqs, reps)}
+    return {"config": config, "check": check_rank(rank, world, config),
+            "timing": time_rank(rank, world, seqs, reps, config)}
 
 
 # --------------------------------------------------------------------------- report
 
 
-def flops(seq: int, causal: bool) -> float:
-    f = 4.0 * BATCH * HEADS * seq * seq * HEAD_DIM
+def flops(seq: int, causal: bool, heads: int = HEADS, dim: int = HEAD_DIM) -> float:
+    f = 4.0 * BATCH * heads * seq * seq * dim
     return f / 2 if causal else f
 
 
@@ -218,14 +235,17 @@ def to_markdown(result: dict, world: int, header: str) -> str:
     for r in result["check"]:
         lines.append(f"| {'causal' if r['causal'] else 'none'} | {r['layout']} | {r['o_ring']:.2e} | {r['o_flash']:.2e} "
                      f"| {r['lse_ring']:.2e} | {r['lse_flash']:.2e} | {'yes' if r['ok'] else 'NO'} |")
-    lines += ["", f"Timing (bf16, B={BATCH}, H={HEADS}, D={HEAD_DIM}; ring time = slowest of {world} ranks):", "",
+    cfg = result.get("config", GPU_CONFIG)
+    lines += ["", f"Timing ({cfg['dtype']}, B={BATCH}, H={cfg['heads']}, D={cfg['dim']}; "
+              f"ring time = slowest of {world} ranks, median of repeats):", "",
               f"| S | mask | layout | 1 GPU ms | {world} GPUs ms | speed-up | tokens/s ({world} GPUs) "
-              f"| TFLOP/s per GPU (1 GPU) | TFLOP/s per GPU ({world} GPUs) |",
+              f"| TFLOP/s (1 GPU) | TFLOP/s per GPU ({world} GPUs) |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in result["timing"]:
-        f = flops(r["seq"], r["causal"])
+        f = flops(r["seq"], r["causal"], cfg["heads"], cfg["dim"])
         one, ring = r["one_gpu_ms"], r["ring_ms"]
-        lines.append(f"| {r['seq'] // 1024}k | {'causal' if r['causal'] else 'none'} | {r['layout']} | {one:.2f} | "
+        size = f"{r['seq'] // 1024}k" if r["seq"] % 1024 == 0 else str(r["seq"])
+        lines.append(f"| {size} | {'causal' if r['causal'] else 'none'} | {r['layout']} | {one:.2f} | "
                      f"{ring:.2f} | {one / ring:.2f}× | {BATCH * r['seq'] / ring * 1e3:,.0f} | "
                      f"{f / one / 1e9:.0f} | {f / ring / 1e9 / world:.0f} |")
     return "\n".join(lines)
@@ -242,7 +262,7 @@ def run(quick: bool = False, seqs: list[int] | None = None, reps: int = 5, log=p
     seqs = list(seqs or (QUICK_SEQS if quick else SEQS))
     log(f"ring_bench: {world} GPUs, S = {seqs}, NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE', '0')}")
     t0 = time.time()
-    result = spawn_ranks(_bench_rank, world, "nccl", args=(seqs, reps))[0]
+    result = spawn_ranks(bench_rank, world, "nccl", args=(seqs, reps, GPU_CONFIG))[0]
     tune = os.environ.get("DRILL_FLASH_TUNE", "0")
     header = (f"{world}× {torch.cuda.get_device_name(0)}, NCCL, torch {torch.__version__}, Triton {triton.__version__}; "
               f"blocks by drill.kernels.flash_attention (autotune {'on' if tune != '0' else 'off'}); "

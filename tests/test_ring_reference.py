@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from drill.kernels.ring import LAYOUTS, _plan, ring_attention, shard, unshard  # noqa: E402
+from drill.kernels import ring_bench  # noqa: E402
 from drill.kernels.ring_bench import spawn_ranks  # noqa: E402
 
 
@@ -87,6 +88,21 @@ def test_ring_blocks_through_flash_kernel_under_interpreter():
     pytest.importorskip("triton")
     results = spawn_ranks(run_cases, 2, "gloo", args=(FLASH_CASES, 16))
     _assert_close(results, o_tol=2e-5, lse_tol=2e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="needs the Triton interpreter")
+def test_gpu_benchmark_rank_code_runs_on_cpu_ranks():
+    """kernels/ring_bench.py's per-rank code (correctness rows, timing rows, the table) on a tiny CPU config."""
+    pytest.importorskip("triton")
+    config = {"device": "cpu", "dtype": "float32", "heads": 2, "dim": 16, "check_seq": 32}
+    results = spawn_ranks(ring_bench.bench_rank, 2, "gloo", args=([32, 64], 1, config))
+    assert results[0]["check"] == results[1]["check"]  # errors are reduced over ranks
+    assert len(results[0]["check"]) == 4 and all(r["ok"] for r in results[0]["check"]), results[0]["check"]
+    assert [(r["seq"], r["causal"], r["layout"]) for r in results[0]["timing"]] == [
+        (s, c, lay) for s in (32, 64) for c, lay in ((False, "contiguous"), (True, "contiguous"), (True, "zigzag"))]
+    table = ring_bench.to_markdown(results[0], 2, "header")
+    assert table.count("\n| 64 |") == 3 and "NO" not in table
 
 
 # --------------------------------------------------------------------------- bookkeeping, no processes
