@@ -41,7 +41,7 @@ COLLECTIVES = (
 )
 BLOCKING_P2P = ("send", "recv", "send_object_list", "recv_object_list")
 ASYNC_P2P = ("isend", "irecv")
-INIT_LIMIT_S = 40.0  # to import the user's file and join the group
+INIT_LIMIT_S = 30.0  # to import the user's file and join the group
 GRACE_S = 2.0  # how long the other ranks get once one rank has failed
 
 
@@ -157,6 +157,10 @@ def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases
         r.emit(event="load_error", **_describe(exc, user_file))
         return
 
+    if dist.is_initialized():
+        r.emit(event="load_error", type="RuntimeError", line=None,
+               message="your file sets up a process group when it is imported; ring_attention must use the caller's")
+        return
     try:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         import datetime
@@ -335,11 +339,11 @@ def main(argv: list[str]) -> int:
     summary = {"worlds": []}
     stuck = None
     for world in plan["worlds"]:
-        if stuck is not None:  # a ring that hangs at W hangs at W + 1 too: do not wait for it twice
+        if stuck is not None:  # what hangs at W hangs at W + 1 too: do not wait for it twice
             run = {"world": world, "status": "skipped", "after": stuck, "ranks": []}
         else:
             run = run_world(world, user_file, work, plan)
-            stuck = world if run["status"] == "stuck" else None
+            stuck = world if run["status"] in ("stuck", "init_timeout") else None
         summary["worlds"].append(run)
         # rewritten after every world: a launcher cut short still leaves what it saw
         with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:

@@ -19,7 +19,7 @@ import numpy as np
 
 HARNESS = Path(__file__).with_name("_ring_harness.py")
 WORLDS = (2, 3, 4)
-PROGRESS_LIMIT_S = 8.0  # no rank finished a case for this long: the ranks are stuck
+PROGRESS_LIMIT_S = 10.0  # no rank finished a case for this long: the ranks are stuck
 LAUNCH_LIMIT_S = 100.0  # the whole launcher, a backstop only
 
 
@@ -112,7 +112,7 @@ class Runs:
 
     def _explain(self, world: int, run: dict) -> str:
         if run["status"] == "skipped":
-            return (f"not run with W = {world}: the ranks deadlocked with W = {run['after']}, "
+            return (f"not run with W = {world}: the ranks hung with W = {run['after']}, "
                     f"so larger rings were not tried. {self._explain(run['after'], self.worlds[run['after']])}")
         for rank, events in enumerate(run["ranks"]):
             for e in events:
@@ -138,16 +138,16 @@ class Runs:
         return f"with W = {world}, the ranks did not finish (status {run['status']})"
 
     def _deadlock(self, world: int, run: dict) -> str:
-        stuck_case = None
         last_ops = []
-        for rank, events in enumerate(run["ranks"]):
+        finished_by_all = len(CASES)
+        for events in run["ranks"]:
             done = {e["case"] for e in events if e.get("event") == "case_done"}
-            pending = [c.name for c in CASES if c.name not in done]
-            stuck_case = stuck_case or (pending[0] if pending else None)
-            entered = [e for e in events if "op" in e]
-            last_ops.append(_open_blocking(entered))
+            finished_by_all = min(finished_by_all, next((i for i, c in enumerate(CASES) if c.name not in done),
+                                                        len(CASES)))
+            last_ops.append(_open_blocking([e for e in events if "op" in e]))
+        stuck_case = CASES[finished_by_all].name if finished_by_all < len(CASES) else None
         where = f" in the case '{stuck_case}' ({_case_words(stuck_case)})" if stuck_case else ""
-        head = f"ranks deadlocked: with W = {world}, no rank finished for {PROGRESS_LIMIT_S:g} s{where}"
+        head = f"ranks deadlocked: with W = {world}, the ranks made no progress for {PROGRESS_LIMIT_S:g} s{where}"
         if all(op in ("send", "send_object_list") for op in last_ops):
             return (head + "; every rank is inside a blocking dist.send, and none has posted a receive. "
                     "A blocking send waits until the peer receives (gloo always; NCCL for large tensors), "
@@ -156,8 +156,10 @@ class Runs:
             return (head + "; every rank is inside a blocking dist.recv, waiting for a message nobody sent: "
                     "post the sends before (or together with) the receives, e.g. with batch_isend_irecv")
         blocked = ", ".join(f"rank {r}: {op or 'not in send/recv'}" for r, op in enumerate(last_ops))
-        return (head + f" ({blocked}). Some rank waits for a message no other rank sends: every isend needs "
-                "a matching irecv on the neighbour (same count, same order), and every request must be waited on")
+        head = head.replace("ranks deadlocked", "ranks stuck", 1)
+        return (head + f" ({blocked}). Either some rank waits for a message no other rank sends (every isend "
+                "needs a matching irecv on the neighbour, same count, same order, and every request must be "
+                "waited on), or a loop never ends")
 
 
 def _open_blocking(op_events: list[dict]) -> str | None:
