@@ -53,7 +53,7 @@ class Rank:
         self.rank, self.world, self.wfd = rank, world, wfd
         self.case = None  # the case being run; None while the harness itself communicates
         self.depth = 0  # > 0 inside a recorded call: calls it makes itself are not recorded
-        self.originals = {}
+        self._barrier = dist.barrier  # taken before the user's file could replace it
 
     def emit(self, **event) -> None:
         data = (json.dumps(event, default=str) + "\n").encode()
@@ -66,7 +66,6 @@ class Rank:
             fn = getattr(c10d, name, None)
             if fn is None:
                 continue
-            self.originals[name] = fn
             wrapper = self._wrapper(name, fn)
             setattr(c10d, name, wrapper)  # batch_isend_irecv and P2POp compare against these
             if getattr(dist, name, None) is fn:
@@ -103,7 +102,7 @@ class Rank:
 
     def barrier(self) -> None:
         """The harness's own barrier (not recorded): keeps the cases apart."""
-        self.originals.get("_barrier", dist.barrier)()
+        self._barrier()
 
 
 def _peer(name, args, kwargs):
@@ -142,7 +141,6 @@ def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases
     r.emit(event="start")
     _die_with_parent()
     torch.set_num_threads(1)
-    r.originals["_barrier"] = dist.barrier
     r.wrap_distributed()
 
     import importlib.util
