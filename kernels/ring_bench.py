@@ -66,10 +66,12 @@ def _entry(rank: int, fn, world: int, backend: str, port: int, out: str, args: t
         dist.destroy_process_group()
 
 
-def spawn_ranks(fn, world: int, backend: str = "gloo", args: tuple = ()) -> list:
+def spawn_ranks(fn, world: int, backend: str = "gloo", args: tuple = (), timeout_s: float = 480.0) -> list:
     """Run fn(rank, world, *args) in `world` fresh processes joined in one group; return each rank's result.
 
     fn must be importable by name (a module-level function) and return something JSON-serialisable.
+    A rank that raises makes this raise; ranks still running after timeout_s are killed (a hung
+    collective must not hang the whole GPU suite).
     """
     import torch.multiprocessing as mp
 
@@ -77,7 +79,15 @@ def spawn_ranks(fn, world: int, backend: str = "gloo", args: tuple = ()) -> list
     if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     with tempfile.TemporaryDirectory(prefix="drill-ring-") as out:
-        mp.spawn(_entry, args=(fn, world, backend, _free_port(), out, args), nprocs=world, join=True)
+        ctx = mp.start_processes(_entry, args=(fn, world, backend, _free_port(), out, args), nprocs=world,
+                                 join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout_s
+        while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.kill()
+                raise TimeoutError(f"{world} ranks still running after {timeout_s:g} s: killed")
         results = []
         for rank in range(world):
             with open(os.path.join(out, f"rank{rank}.json")) as f:

@@ -105,6 +105,22 @@ def test_gpu_benchmark_rank_code_runs_on_cpu_ranks():
     assert table.count("\n| 64 |") == 3 and "NO" not in table
 
 
+def hang(rank: int, world: int) -> None:
+    import time
+
+    time.sleep(120)
+
+
+@pytest.mark.slow
+def test_spawn_ranks_kills_hung_ranks():
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        spawn_ranks(hang, 2, "gloo", timeout_s=4)
+    assert time.monotonic() - start < 30
+
+
 # --------------------------------------------------------------------------- bookkeeping, no processes
 
 
