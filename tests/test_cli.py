@@ -110,3 +110,9 @@ def test_solution_is_locked_until_passed(tmp_path):
 def test_status_before_start_suggests_start():
     code, out = run("status")
     assert code == 0 and "not started" in out and "drill start flashattention" in out
+
+
+def test_check_without_file_grades_the_current_exercise(tmp_path):
+    run("start", "flashattention", "--dir", str(tmp_path / "ws"))
+    code, out = run("check", "--json")
+    assert code == 1 and json.loads(out)["exercise"] == "flashattention/online-softmax"

@@ -65,16 +65,23 @@ def next_step(ex: catalog.Exercise, status: str, store: Store) -> str:
 
 
 @click.command(name="check")
-@click.argument("target", metavar="FILE")
+@click.argument("target", metavar="[FILE]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the report.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds before grading stops (default: the exercise's, 60 s for most).")
 def command(target: str, as_json: bool, timeout: float | None) -> None:
     """Grade FILE (or an exercise id, in the workspace) against its hidden checks.
 
+    Without FILE, grade the current exercise's file in the workspace.
+
     Exit code 0: every check passed; 1: some failed; 2: the file could not be graded.
     """
     with Store() as store:
+        if target is None:
+            current = progress.current(store, store.get_setting("topic"))
+            if current is None:
+                _cannot("every exercise is passed; name a file to check it again", "", as_json)
+            target = current.file
         path, reason = locate(target, store)
         if path is not None and path.is_dir():
             path, reason = None, f"{target} is a directory; name one exercise file in it"

@@ -26,7 +26,9 @@ def load_error_message(exc: BaseException, user_file: str) -> str:
     if isinstance(exc, SyntaxError):
         return f"syntax error in your file, line {exc.lineno}: {exc.msg}"
     if isinstance(exc, ModuleNotFoundError):
-        return f"your file imports {exc.name!r}, which is not installed here"
+        package = (exc.name or "").split(".")[0]
+        advice = f" (pip install {package})" if package in ("torch", "triton") else ""
+        return f"your file imports {exc.name!r}, which is not installed here{advice}"
     if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
         return TOO_MUCH_OUTPUT
     if isinstance(exc, SystemExit):
