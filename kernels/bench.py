@@ -135,6 +135,8 @@ def _time_impl(fn, q, k, v, causal, scale, pass_, ref_o):
         return ms, err
     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
     o = fn(qg, kg, vg, causal, scale)
+    if o.grad_fn is None:
+        raise NotImplementedError("forward only (no backward to time)")
     do = torch.randn_like(o)
     torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)  # compile / tune
     ms = _median_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True))

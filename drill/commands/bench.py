@@ -46,7 +46,8 @@ def _render(rows: list[dict], title: str) -> None:
         cells += [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "[muted]n/a[/muted]" for n in present]
         cells += [f"{r[k]:.2f}" if k in r else "—" for k in ratio_keys]
         table.add_row(*cells)
-    console.print(table)
+    # Piped output has no width of its own: keep every column readable rather than 80 wide.
+    console.print(table, width=None if console.is_terminal else 160)
     errs = {(n, e) for r in rows for n, e in r["errors"].items()}
     for n, e in sorted(errs):
         console.print(f"[muted]{LABELS[n]} could not run some cases: {e}[/muted]", soft_wrap=True)
