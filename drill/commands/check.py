@@ -81,6 +81,8 @@ def command(target: str, as_json: bool, timeout: float | None) -> None:
             current = progress.current(store, store.get_setting("topic"))
             if current is None:
                 _cannot("every exercise is passed; name a file to check it again", "", as_json)
+            if store.workspace(current.topic) is None:
+                _cannot(f"no workspace yet: run `drill start {current.topic}`, or name a file", "", as_json)
             target = current.file
         path, reason = locate(target, store)
         if path is not None and path.is_dir():
