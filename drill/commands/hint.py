@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 from rich.panel import Panel
+from rich.text import Text
 
 from drill import exitcodes, progress
 from drill.console import console, fail_line
@@ -33,7 +34,8 @@ def command(exercise: str | None, show_all: bool) -> None:
         if seen == 0:
             console.print(f"No hints revealed yet: run [accent]drill hint {ex.id}[/accent].")
         for number in range(1, seen + 1) if show_all else range(seen, seen + 1):
-            console.print(Panel(ex.hints[number - 1],
+            # Text, not markup: hints contain shapes such as [Br, Bc].
+            console.print(Panel(Text(ex.hints[number - 1]),
                                 title=f"[accent]hint {number} of {len(ex.hints)}[/accent] · {ex.id}",
                                 title_align="left"))
         if seen >= len(ex.hints):

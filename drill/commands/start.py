@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.markdown import Markdown
 from rich.panel import Panel
+from rich.text import Text
 
 from drill import catalog, exitcodes
 from drill.console import console, fail_line
@@ -63,7 +64,7 @@ def command(topic: str, directory: Path | None) -> None:
         store.set_workspace(topic, target)
         store.set_setting("topic", topic)
 
-    console.print(Panel(spec.intro.strip(), title=f"[accent]{spec.title}[/accent]", title_align="left"))
+    console.print(Panel(Text(spec.intro.strip()), title=f"[accent]{spec.title}[/accent]", title_align="left"))
     console.print(f"Workspace: [accent]{target}[/accent]")
     if written:
         console.print(f"  wrote {len(written)} files: {', '.join(written)}", style="muted")

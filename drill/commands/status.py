@@ -6,6 +6,7 @@ import json
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from drill import catalog, progress
 from drill.console import console
@@ -33,7 +34,7 @@ def command(as_json: bool) -> None:
         table.add_column(column)
     for s in states:
         table.add_row(s.exercise.number, s.exercise.id, s.exercise.needs,
-                      f"[{STYLES[s.state]}]{s.state}[/{STYLES[s.state]}]", str(s.attempts), s.last or "—")
+                      f"[{STYLES[s.state]}]{s.state}[/{STYLES[s.state]}]", str(s.attempts), Text(s.last or "—"))
     console.print(table)
     if workspace is None:
         console.print("Next: [accent]drill start flashattention[/accent] lays out the exercises.")
