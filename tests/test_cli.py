@@ -116,3 +116,12 @@ def test_check_without_file_grades_the_current_exercise(tmp_path):
     run("start", "flashattention", "--dir", str(tmp_path / "ws"))
     code, out = run("check", "--json")
     assert code == 1 and json.loads(out)["exercise"] == "flashattention/online-softmax"
+
+
+def test_hint_text_keeps_square_brackets():
+    from drill import catalog
+
+    hint = catalog.load_topic("flashattention").get("flash-forward").hints[0]
+    assert "[" in hint  # shapes such as [br, bc]: they must not be read as rich markup
+    code, out = run("hint", "flash-forward")
+    assert code == 0 and hint.split("[", 1)[1].split("]")[0] in " ".join(out.split())
