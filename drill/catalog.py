@@ -71,7 +71,8 @@ class Topic:
 
     def get(self, exercise_id: str) -> Exercise | None:
         for ex in self.exercises:
-            if exercise_id in (ex.id, ex.file, ex.number, Path(ex.file).stem):
+            if exercise_id in (ex.id, ex.file, ex.number, Path(ex.file).stem) or (
+                    exercise_id.isdigit() and exercise_id.zfill(2) == ex.number):
                 return ex
         return None
 
