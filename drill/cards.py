@@ -96,9 +96,6 @@ class Deck:
     def get(self, card_id: str) -> Card | None:
         return next((card for card in self.cards if card.id == card_id), None)
 
-    def tags(self) -> list[str]:
-        return sorted({tag for card in self.cards for tag in card.tags})
-
     def with_tag(self, tag: str | None) -> list[Card]:
         return [card for card in self.cards if tag is None or tag in card.tags]
 

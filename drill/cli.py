@@ -11,7 +11,7 @@ import importlib.util
 
 import click
 
-from drill import __version__
+from drill import __version__, exitcodes
 
 # name -> (module, one-line help shown by `drill --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -64,4 +64,12 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="drill")
+    from drill.store import StoreError
+
+    try:
+        cli(prog_name="drill")
+    except StoreError as exc:
+        from drill.console import fail_line
+
+        fail_line(str(exc))
+        raise SystemExit(exitcodes.CANNOT)

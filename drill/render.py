@@ -10,7 +10,7 @@ from rich.text import Text
 from drill.grader.result import GradeResult
 
 MARKS = {"pass": ("✔", "pass"), "fail": ("✘", "fail"), "skip": ("–", "muted"),
-         "not-run": ("·", "muted"), "timeout": ("⧗", "fail")}
+         "not-run": ("·", "muted")}
 TITLES = {"pass": "[pass]PASSED[/pass]", "fail": "[fail]FAILED[/fail]", "error": "[error]NOT GRADED[/error]"}
 
 
@@ -26,7 +26,7 @@ def report(result: GradeResult, title: str) -> Panel:
         for check in result.checks:
             mark, style = MARKS.get(check.status, ("?", "muted"))
             table.add_row(Text(mark, style=style), Text(check.name), f"{check.seconds:.2f}s")
-            if check.status in ("fail", "timeout", "skip", "not-run") and check.message:
+            if check.status in ("fail", "skip", "not-run") and check.message:
                 # A stub fails every check the same way: say it once.
                 same = check.message == previous
                 table.add_row("", Text("(same as above)", style="muted") if same

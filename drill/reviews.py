@@ -8,7 +8,6 @@ inside functions so `drill --help` never loads it.
 
 from __future__ import annotations
 
-import json
 import zlib
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterable
@@ -18,7 +17,6 @@ from drill.store import Store
 if TYPE_CHECKING:
     import fsrs
 
-RATING_NAMES = {1: "Again", 2: "Hard", 3: "Good", 4: "Easy"}
 
 
 def utcnow() -> datetime:
@@ -117,14 +115,6 @@ def bring_forward(store: Store, card_ids: Iterable[str], now: datetime | None = 
             if card.due > now:
                 card.due = now
             _save_state(store, card_id, card)
-
-
-def review_count(store: Store, card_id: str | None = None) -> int:
-    if card_id is None:
-        return store.conn.execute("SELECT COUNT(*) FROM reviews").fetchone()[0]
-    return store.conn.execute(
-        "SELECT COUNT(*) FROM reviews WHERE card_id = ?", (card_id,)
-    ).fetchone()[0]
 
 
 def _save_state(store: Store, card_id: str, card: "fsrs.Card") -> None:

@@ -52,6 +52,10 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class StoreError(Exception):
+    """The progress database cannot be opened at all (reported in one line by the CLI)."""
+
+
 @dataclass(frozen=True)
 class Attempt:
     exercise: str
@@ -67,7 +71,11 @@ class Store:
 
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else paths.database()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot use {self.path.parent} for progress ({exc.strerror}); "
+                             "set DRILL_HOME to a writable directory") from None
         self.conn = self._open()
 
     # -- opening ---------------------------------------------------------

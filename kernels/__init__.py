@@ -1,10 +1,10 @@
-"""Reference kernels: FlashAttention in Triton (and, later, ring attention).
+"""Reference kernels: FlashAttention in Triton, and ring attention over torch.distributed.
 
 Importing this package imports torch and triton; drill's CLI imports it only inside the
 commands that need it.
 """
 
 from .flash import flash_attention
-from .ring import ring_attention  # noqa: F401  (torch only at import; Triton only when a GPU block runs)
+from .ring import ring_attention  # torch only at import; Triton only when a GPU block runs
 
-__all__ = ["flash_attention"]
+__all__ = ["flash_attention", "ring_attention"]

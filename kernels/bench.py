@@ -235,7 +235,7 @@ def to_markdown(rows: list[dict]) -> str:
     present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
     head = ["D", "S", "B×H", "mask", "pass"] + [LABELS[n] for n in present]
     ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
-    head += [k.replace("ours", "ours").replace("/", " / ") for k in ratio_keys]
+    head += [k.replace("/", " / ") for k in ratio_keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [str(r["d"]), f"{r['s'] // 1024}k" if r["s"] % 1024 == 0 else str(r["s"]), f"{r['b']}×{r['h']}",

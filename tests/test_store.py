@@ -40,3 +40,14 @@ def test_a_failed_write_leaves_earlier_progress(drill_home):
         except sqlite3.IntegrityError:
             pass
         assert len(store.attempts("t/a")) == 1
+
+
+def test_drill_home_that_is_a_file_gets_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    home = tmp_path / "not-a-dir"
+    home.write_text("")
+    proc = subprocess.run([sys.executable, "-m", "drill", "status"], capture_output=True, text=True,
+                          env={"DRILL_HOME": str(home), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "DRILL_HOME" in proc.stderr and "Traceback" not in proc.stderr

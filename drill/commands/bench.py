@@ -40,7 +40,7 @@ def _render(rows: list[dict], title: str) -> None:
         table.add_column(LABELS[n], justify="right", style="accent" if n in ("ours", "user") else None)
     ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
     for k in ratio_keys:
-        table.add_column(k.replace("ours", "ours").replace("user", "yours"), justify="right")
+        table.add_column(k.replace("user", "yours"), justify="right")
     for r in rows:
         cells = [str(r["d"]), str(r["s"]), f"{r['b']}×{r['h']}", "causal" if r["causal"] else "none", r["pass"]]
         cells += [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "[muted]n/a[/muted]" for n in present]

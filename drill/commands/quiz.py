@@ -34,7 +34,6 @@ WORDS = {
         "number": "Your answer (a number; Enter if you don't know)",
         "choice": "Your choice (1-{n}; Enter if you don't know)",
         "right": "Right.", "wrong": "Not quite: the answer is {answer}.",
-        "wrong_choice": "Not quite: the answer is {answer}.",
         "invalid": "Didn't catch that; try again.",
         "answer": "Answer", "next": "next review {when}",
         "summary": "Reviewed {n} card(s), {right} right.",
@@ -49,7 +48,6 @@ WORDS = {
         "number": "你的答案(一个数;不会就直接 Enter)",
         "choice": "你的选择(1-{n};不会就直接 Enter)",
         "right": "答对了。", "wrong": "不对:答案是 {answer}。",
-        "wrong_choice": "不对:答案是 {answer}。",
         "invalid": "没看懂这个输入,请再试一次。",
         "answer": "答案", "next": "下次复习 {when}",
         "summary": "复习了 {n} 张卡,答对 {right} 张。",
@@ -175,7 +173,7 @@ class Session:
         picked = self._ask_until(self.words["choice"].format(n=len(options)),
                                  lambda text: _choice_or_blank(text, len(options)))
         right = picked == card.correct
-        self._verdict(right, self.words["wrong_choice"].format(
+        self._verdict(right, self.words["wrong"].format(
             answer=f"{card.correct + 1}. {render(options[card.correct])}"))
         self._show_answer(card)
         return GOOD if right else AGAIN

@@ -37,10 +37,10 @@ def command(as_json: bool) -> None:
                       f"[{STYLES[s.state]}]{s.state}[/{STYLES[s.state]}]", str(s.attempts), Text(s.last or "—"))
     console.print(table)
     if workspace is None:
-        console.print("Next: [accent]drill start flashattention[/accent] lays out the exercises.")
+        console.print(f"Next: [accent]drill start {topic or catalog.topic_names()[0]}[/accent] lays out the exercises.")
     elif following:
         console.print(f"Next: edit [accent]{workspace / following.file}[/accent], then "
                       f"[accent]drill check {following.file}[/accent].")
     else:
         console.print("Every exercise passed. Next: [accent]drill quiz --followups[/accent] and "
-                      "[accent]drill mock flashattention[/accent].")
+                      f"[accent]drill mock {topic}[/accent].")

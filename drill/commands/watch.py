@@ -21,7 +21,7 @@ from rich.console import Group
 from rich.text import Text
 
 from drill import catalog, exitcodes, progress
-from drill.commands.check import grade_file, locate, next_step
+from drill.attempts import exit_code, grade_file, locate, next_step
 from drill.console import console, fail_line, interactive
 from drill.store import Store
 
@@ -43,7 +43,7 @@ class Cycle:
     def exit_code(self) -> int:
         if self.result is None:
             return exitcodes.CANNOT
-        return {"pass": exitcodes.OK, "fail": exitcodes.FAILED}.get(self.result.status, exitcodes.CANNOT)
+        return exit_code(self.result)
 
 
 def resolve_target(target: str | None, store: Store) -> tuple[Path | None, str]:
@@ -110,7 +110,7 @@ def render_cycle(cycle: Cycle, store: Store, keys: bool = False) -> Group:
         nxt = cycle.next_exercise
         if nxt is None:
             parts.append(Text.from_markup(
-                "Every exercise passed: try [accent]drill mock flashattention[/accent]"))
+                f"Every exercise passed: try [accent]drill mock {cycle.exercise.topic}[/accent]"))
         elif cycle.next_path and keys:
             parts.append(Text.from_markup(
                 f"Next: [accent]{nxt.file}[/accent] ({nxt.title}). Press [accent]n[/accent] then Enter to "

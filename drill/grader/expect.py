@@ -95,7 +95,7 @@ class Call:
 
 
 def array(value, call: Call | str, *, shape: tuple | None = None, what: str = "the result") -> np.ndarray:
-    """Check that `value` is an ndarray of the right shape and free of NaN; return it as float64."""
+    """Check that `value` is an ndarray of the right shape; return it as float64 (see no_nan for NaN)."""
     if not isinstance(value, _ndarray):
         fail(
             f"{call} returned {type(value).__name__} for {what}, not a numpy array",

@@ -20,6 +20,7 @@ from drill.grader.result import TOO_MUCH_OUTPUT
 
 
 OUTPUT_LIMIT = 2000
+STOP_MARGIN_S = 0.5  # stop a hung check this long before the deadline, to report it
 
 
 class CheckTimeout(BaseException):
@@ -43,7 +44,7 @@ def explain(excinfo: pytest.ExceptionInfo, limit_s: float, memory_mb: int) -> tu
     if isinstance(exc, CheckFailure):
         return exc.text(), exc.details()
     if isinstance(exc, CheckTimeout):
-        return (f"did not finish within {limit_s:g} s: an infinite loop, or a loop that never advances?", {})
+        return (f"did not finish in the {limit_s:.1f} s left: an infinite loop, or a loop that never advances?", {})
     if isinstance(exc, NotImplementedError):
         where = _user_line(excinfo)
         return (f"not written yet: your code raises NotImplementedError{where}; replace the TODO", {})
@@ -76,9 +77,10 @@ def _user_line(excinfo: pytest.ExceptionInfo) -> str:
 
 
 class Recorder:
-    def __init__(self, events, check_limit_s: float, memory_mb: int):
+    def __init__(self, events, deadline: float, memory_mb: int):
         self.events = events
-        self.check_limit_s = check_limit_s
+        self.deadline = deadline  # time.time() by which a running check is stopped
+        self.limit_s = 0.0  # the time the running check was given
         self.memory_mb = memory_mb
         self.started: dict[str, float] = {}
         self.failed_phase: dict[str, dict] = {}
@@ -99,7 +101,8 @@ class Recorder:
             raise CheckTimeout()
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.check_limit_s)
+        self.limit_s = max(0.1, self.deadline - time.time() - STOP_MARGIN_S)
+        signal.setitimer(signal.ITIMER_REAL, self.limit_s)
         try:
             yield
         finally:
@@ -115,10 +118,12 @@ class Recorder:
         if report.skipped and isinstance(report.longrepr, tuple):
             self.skipped[item.nodeid] = str(report.longrepr[-1]).removeprefix("Skipped: ")
         if report.failed and call.excinfo is not None and item.nodeid not in self.failed_phase:
-            message, details = explain(call.excinfo, self.check_limit_s, self.memory_mb)
+            message, details = explain(call.excinfo, self.limit_s, self.memory_mb)
             self.failed_phase[item.nodeid] = {"message": message, "details": details}
             if isinstance(call.excinfo.value, CheckTimeout):
+                # Later checks would most likely hang the same way: stop, and say so.
                 item.session.shouldstop = "a check timed out; the remaining checks were not run"
+                self.emit(event="stopped")
         if report.when == "teardown":
             failure = self.failed_phase.get(item.nodeid)
             skipped = self.skipped.get(item.nodeid)

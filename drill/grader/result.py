@@ -13,7 +13,7 @@ TOO_MUCH_OUTPUT = "your code printed more than 64 MB; the grader stopped it (a p
 @dataclass
 class CheckResult:
     name: str
-    status: str  # pass | fail | skip | timeout | not-run
+    status: str  # pass | fail | skip | not-run
     message: str = ""
     seconds: float = 0.0
     output: str = ""
@@ -35,10 +35,3 @@ class GradeResult:
     def to_json(self) -> dict:
         doc = asdict(self)
         return {"schema": SCHEMA_VERSION, **doc}
-
-    @property
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for check in self.checks:
-            out[check.status] = out.get(check.status, 0) + 1
-        return out

@@ -5,7 +5,7 @@ never sees the progress database. It writes JSON lines to the events file:
 start, loaded | load_error, collected, one `check` per check, done (with the nonce
 read from stdin, so a run cut short can never look finished).
 
-usage: python -m drill.grader.worker USER_FILE CHECKS_FILE EVENTS_FILE FUNCTIONS CHECK_LIMIT_S MEMORY_MB
+usage: python -m drill.grader.worker USER_FILE CHECKS_FILE EVENTS_FILE FUNCTIONS DEADLINE MEMORY_MB
 """
 
 from __future__ import annotations
@@ -42,8 +42,18 @@ def load_error_message(exc: BaseException, user_file: str) -> str:
     return f"your file raised {type(exc).__name__}{where} while being imported" + (f": {detail}" if detail else "")
 
 
+def keep_user_folder_last() -> None:
+    """`python -m` puts the working folder (the user's) first on sys.path, so a scratch
+    random.py there would replace the standard library's for numpy and pytest. Move it last:
+    the user's file can still import its neighbours."""
+    here = os.getcwd()
+    entries = [p for p in sys.path if p not in ("", here)]
+    sys.path[:] = entries + [here]
+
+
 def main(argv: list[str]) -> int:
-    user_file, checks_file, events_path, functions, check_limit_s, memory_mb = argv
+    keep_user_folder_last()
+    user_file, checks_file, events_path, functions, deadline, memory_mb = argv
     nonce = sys.stdin.readline().strip()
 
     # Import the grader's own modules (and numpy's comparison helpers) before any user code runs.
@@ -80,10 +90,12 @@ def main(argv: list[str]) -> int:
     submission.set_loaded(module, user_file)
     emit(event="loaded")
 
-    recorder = Recorder(events, float(check_limit_s), int(memory_mb))
+    recorder = Recorder(events, float(deadline), int(memory_mb))
     code = pytest.main(
-        [checks_file, "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=",
-         "--rootdir", os.path.dirname(checks_file), "--no-header", "-W", "ignore::DeprecationWarning"],
+        # No terminal reporter: the output the learner sees is their own code's, not pytest's.
+        # An empty ini file keeps the checks independent of whatever project holds them.
+        [checks_file, "-c", os.devnull, "--rootdir", os.path.dirname(checks_file),
+         "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal"],
         plugins=[recorder],
     )
     emit(event="done", nonce=nonce, exit=int(code))

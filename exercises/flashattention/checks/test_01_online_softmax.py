@@ -58,25 +58,26 @@ def _as_pair(result, call):
 
 
 def _step_through(sub, blocks, m0=-math.inf, l0=0.0):
-    """Feed blocks to the user's update one by one; fail at the first block whose state differs."""
-    m, l = m0, l0
+    """Feed blocks to the user's update one by one; fail at the first block whose state differs.
+
+    Each step starts from the reference state, so one mistake is reported where it happens.
+    """
     ref_m, ref_l = m0, l0
-    mistakes = [(fn, hint, m0, l0) for fn, hint in UPDATE_MISTAKES]
     for index, block in enumerate(blocks, start=1):
         call = Call("online_softmax_update", f"m={ref_m:.6g}, l={ref_l:.6g}, block={show(block)}")
         got_m, got_l = _as_pair(sub.online_softmax_update(ref_m, ref_l, block.copy()), call)
         next_m, next_l = reference_update(ref_m, ref_l, block)
         stepped = []
-        for fn, hint, mm, ll in mistakes:
+        for fn, hint in UPDATE_MISTAKES:
             try:
-                stepped.append((fn, hint, *fn(ref_m, ref_l, block)))
+                stepped.append((hint, *fn(ref_m, ref_l, block)))
             except (OverflowError, ValueError):
                 pass  # this mistake cannot even produce a number here
         ok_m = got_m == next_m or (math.isfinite(next_m) and abs(got_m - next_m) <= 1e-12 * max(1, abs(next_m)))
         ok_l = math.isfinite(got_l) and abs(got_l - next_l) <= 1e-9 * max(1.0, abs(next_l))
         if not (ok_m and ok_l):
             hint = ""
-            for _, mistake_hint, mm, ll in stepped:
+            for mistake_hint, mm, ll in stepped:
                 if abs(got_m - mm) <= 1e-9 * max(1, abs(mm)) and math.isfinite(ll) and abs(got_l - ll) <= 1e-9 * max(1, abs(ll)):
                     hint = mistake_hint
                     break
@@ -88,13 +89,11 @@ def _step_through(sub, blocks, m0=-math.inf, l0=0.0):
                  called=str(call), got=f"m={got_m:.6g}, l={got_l:.6g}",
                  expected=f"m={next_m:.6g}, l={next_l:.6g}", hint=hint)
         ref_m, ref_l = next_m, next_l
-    return ref_m, ref_l
 
 
 def test_worked_example(sub):
     """The worked example (1, 3 | 2, 5) stepped block by block"""
-    m, l = _step_through(sub, WORKED)
-    assert m == 5.0 and abs(l - 1.2034) < 1e-4
+    _step_through(sub, WORKED)
 
 
 def test_update_from_start_state(sub):
@@ -109,8 +108,7 @@ def test_update_random_blocks(sub, rng):
         x = rng.normal(scale=3.0, size=n)
         size = int(rng.integers(1, 8))
         blocks = [x[i:i + size] for i in range(0, n, size)]
-        m, l = _step_through(sub, blocks)
-        assert abs(l - float(np.exp(x - x.max()).sum())) < 1e-9 * l
+        _step_through(sub, blocks)
 
 
 def test_update_extreme_and_masked_blocks(sub):

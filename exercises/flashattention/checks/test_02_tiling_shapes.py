@@ -1,7 +1,5 @@
 """Hidden checks for 02_tiling_shapes.py."""
 
-import math
-
 import pytest
 
 from drill.grader.expect import Call, fail, show
@@ -182,5 +180,4 @@ def test_traffic_saving_grows(sub):
     if not all(b > a for a, b in zip(ratios, ratios[1:])) or ratios[-1] <= 1:
         fail("the saving should grow with s", called="hbm_elements(s, 64, 128, 128) for s = 1024 … 8192",
              got="standard/flash = " + ", ".join(f"{r:.2f}" for r in ratios),
-             expected="a ratio above 1 that grows with s (s² against Tr·s·d)")
-    assert math.isfinite(ratios[-1])
+             expected="a ratio above 1 that grows with s toward 2·Br/d")
