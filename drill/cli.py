@@ -13,6 +13,8 @@ import click
 
 from drill import __version__, exitcodes
 
+INTERRUPTED = 130  # the shell's code for Ctrl-C
+
 # name -> (module, one-line help shown by `drill --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "start": ("drill.commands.start", "Lay out a workspace for a topic and show its intro."),
@@ -38,6 +40,14 @@ class LazyGroup(click.Group):
         if name not in COMMANDS or not _module_exists(COMMANDS[name][0]):
             return None
         return importlib.import_module(COMMANDS[name][0]).command
+
+    def invoke(self, ctx: click.Context):
+        # Ctrl-C: click would exit 1, which drill uses for "a check failed".
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("\ndrill: interrupted", err=True)
+            raise SystemExit(INTERRUPTED) from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # The help lines come from COMMANDS, so listing them imports nothing.

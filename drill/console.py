@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.theme import Theme
 
 THEME = Theme(
@@ -29,4 +30,5 @@ def interactive() -> bool:
 
 def fail_line(message: str) -> None:
     """One plain line on stderr saying why a command could not do its job."""
-    err_console.print(f"[error]drill:[/error] {message}", soft_wrap=True)
+    # Escaped: messages quote file names and advice such as pip install 'mlsys-drill[plot]'.
+    err_console.print(f"[error]drill:[/error] {escape(message)}", soft_wrap=True)

@@ -12,7 +12,7 @@ from drill.store import Store
 @dataclass(frozen=True)
 class ExerciseState:
     exercise: Exercise
-    state: str  # not started | failing | passed
+    state: str  # not started | not graded | failing | passed
     attempts: int
     last: str  # last result in words, '' if none
 
@@ -22,7 +22,12 @@ def state_of(store: Store, ex: Exercise) -> ExerciseState:
     if not attempts:
         return ExerciseState(ex, "not started", 0, "")
     last = attempts[-1]
-    state = "passed" if any(a.status == "pass" for a in attempts) else "failing"
+    if any(a.status == "pass" for a in attempts):
+        state = "passed"
+    elif any(a.status == "fail" for a in attempts):
+        state = "failing"
+    else:
+        state = "not graded"  # every attempt was an error: the file never ran its checks
     return ExerciseState(ex, state, len(attempts), f"{last.status}: {last.result.get('message', '')}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -41,7 +42,7 @@ def report(result: GradeResult, title: str) -> Panel:
         parts.append(Text(result.output.strip()[-800:], style="muted"))
     for note in result.notes:
         parts.append(Text(note, style="muted"))
-    return Panel(Group(*parts), title=f"{TITLES[result.status]} {title}", title_align="left",
+    return Panel(Group(*parts), title=f"{TITLES[result.status]} {escape(title)}", title_align="left",
                  subtitle=f"{result.seconds:.1f}s", subtitle_align="right")
 
 

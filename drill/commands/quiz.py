@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import click
+from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
@@ -32,6 +33,7 @@ WORDS = {
         "reveal": "Enter reveals the answer (type your own first if you like)",
         "rate": "How well did you know it? 1 Again · 2 Hard · 3 Good · 4 Easy (a/h/g/e, Enter = Good)",
         "number": "Your answer (a number; Enter if you don't know)",
+        "within": "[within ±{pct}%]",
         "choice": "Your choice (1-{n}; Enter if you don't know)",
         "right": "Right.", "wrong": "Not quite: the answer is {answer}.",
         "invalid": "Didn't catch that; try again.",
@@ -46,6 +48,7 @@ WORDS = {
         "reveal": "按 Enter 看答案(可以先写下自己的回答)",
         "rate": "掌握得怎么样?1 忘了 · 2 困难 · 3 良好 · 4 简单(a/h/g/e,Enter = 良好)",
         "number": "你的答案(一个数;不会就直接 Enter)",
+        "within": "[误差 ±{pct}% 以内算对]",
         "choice": "你的选择(1-{n};不会就直接 Enter)",
         "right": "答对了。", "wrong": "不对:答案是 {answer}。",
         "invalid": "没看懂这个输入,请再试一次。",
@@ -127,7 +130,7 @@ class Keyboard:
     tty = True
 
     def ask(self, prompt: str) -> str:
-        return console.input(f"[muted]{prompt}[/muted]\n[accent]›[/accent] ").strip()
+        return console.input(f"[muted]{escape(prompt)}[/muted]\n[accent]›[/accent] ").strip()
 
 
 # -- one session -------------------------------------------------------------
@@ -159,7 +162,9 @@ class Session:
         return self._ask_until(self.words["rate"], lambda text: RATING_KEYS.get(text.lower() or "g"))
 
     def _numeric(self, card: cards.Card) -> int:
-        text = self._ask_until(self.words["number"], _number_or_blank)
+        # Say how close counts, so "1.20" for 1.2034 is not a surprise.
+        within = self.words["within"].format(pct=f"{card.tolerance * 100:g}")
+        text = self._ask_until(f"{self.words['number']} {within}", _number_or_blank)
         right = text != "" and card.accepts(cards.parse_number(text))
         expected = f"{card.answer:g} {card.unit}".strip()
         self._verdict(right, self.words["wrong"].format(answer=expected))

@@ -28,5 +28,8 @@ def command(exercise: str, force: bool) -> None:
     if not passed:
         console.print("[warn]Showing the solution before you have passed: reading it now makes the "
                       "exercise much less useful.[/warn]")
-    console.print(Syntax(ex.solution_path.read_text(encoding="utf-8"), "python", line_numbers=True,
-                         word_wrap=True))
+    text = ex.solution_path.read_text(encoding="utf-8")
+    if not console.is_terminal:
+        click.echo(text, nl=False)  # plain, so `drill solution X > file.py` gives runnable code
+        return
+    console.print(Syntax(text, "python", line_numbers=True, word_wrap=True))

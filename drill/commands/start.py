@@ -9,7 +9,7 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.text import Text
 
-from drill import catalog, exitcodes
+from drill import catalog, exitcodes, progress
 from drill.console import console, fail_line
 from drill.store import Store
 
@@ -41,6 +41,14 @@ def lay_out(topic: catalog.Topic, target: Path) -> tuple[list[str], list[str]]:
     return written, kept
 
 
+def default_target(topic: catalog.Topic) -> Path:
+    """./TOPIC, or the current folder when it already is that topic's workspace."""
+    here = Path.cwd()
+    if any((here / ex.file).is_file() for ex in topic.exercises):
+        return here
+    return here / topic.name
+
+
 @click.command(name="start")
 @click.argument("topic")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
@@ -51,7 +59,7 @@ def command(topic: str, directory: Path | None) -> None:
         fail_line(f"unknown topic {topic!r}; known topics: {', '.join(catalog.topic_names())}")
         raise SystemExit(exitcodes.CANNOT)
     spec = catalog.load_topic(topic)
-    target = (directory or Path.cwd() / topic).resolve()
+    target = (directory or default_target(spec)).resolve()
     if target.exists() and not target.is_dir():
         fail_line(f"{target} exists and is not a directory")
         raise SystemExit(exitcodes.CANNOT)
@@ -63,6 +71,7 @@ def command(topic: str, directory: Path | None) -> None:
     with Store() as store:
         store.set_workspace(topic, target)
         store.set_setting("topic", topic)
+        following = progress.current(store, topic)
 
     console.print(Panel(Text(spec.intro.strip()), title=f"[accent]{spec.title}[/accent]", title_align="left"))
     console.print(f"Workspace: [accent]{target}[/accent]")
@@ -70,7 +79,11 @@ def command(topic: str, directory: Path | None) -> None:
         console.print(f"  wrote {len(written)} files: {', '.join(written)}", style="muted")
     for name in kept:
         console.print(f"  kept your edited [warn]{name}[/warn] (not overwritten)")
-    first = spec.exercises[0]
+    if following is None:
+        console.print(Markdown("Every exercise is passed. Next: `drill quiz --followups` and "
+                               f"`drill mock {topic}`."))
+        return
+    label = "First exercise" if following == spec.exercises[0] else "Next exercise"
     console.print(Markdown(
-        f"**First exercise:** `{first.file}`: {first.title}.\n\n"
-        f"Open it, replace the TODOs, then run `drill check {first.file}` inside the workspace."))
+        f"**{label}:** `{following.file}`: {following.title}.\n\n"
+        f"Open it, replace the TODOs, then run `drill check {following.file}` inside the workspace."))

@@ -12,7 +12,7 @@ from drill import catalog, progress
 from drill.console import console
 from drill.store import Store
 
-STYLES = {"passed": "pass", "failing": "fail", "not started": "muted"}
+STYLES = {"passed": "pass", "failing": "fail", "not graded": "error", "not started": "muted"}
 
 
 @click.command(name="status")

@@ -81,8 +81,10 @@ def _step_through(sub, blocks, m0=-math.inf, l0=0.0):
                 if abs(got_m - mm) <= 1e-9 * max(1, abs(mm)) and math.isfinite(ll) and abs(got_l - ll) <= 1e-9 * max(1, abs(ll)):
                     hint = mistake_hint
                     break
-            if not hint and math.isnan(got_l):
+            if not hint and math.isnan(got_l) and all(float(b) == -math.inf for b in block):
                 hint = "l became NaN: a block of only -inf gives exp(-inf - (-inf)); leave (m, l) unchanged then"
+            elif not hint and not math.isfinite(got_l):
+                hint = "l overflowed: shift every exponential by the new running max, exp(block - m_new)"
             if not hint and not ok_m:
                 hint = "m_new must be max(m, max(block))"
             fail(f"(m, l) first differs from the reference after block {index}",
@@ -164,7 +166,7 @@ def test_softmax_extreme_logits(sub):
         call, got = _softmax_call(sub, x, 2)
         hint = ""
         if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
-            hint = ("the running max must start at -inf (not 0) and every exponent must be shifted by it, "
+            hint = ("every exponent must be shifted by the running max (which starts at -inf, not 0), "
                     "so exp never overflows or underflows to a zero sum")
         close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
 
