@@ -125,3 +125,34 @@ def test_hint_text_keeps_square_brackets():
     assert "[" in hint  # shapes such as [br, bc]: they must not be read as rich markup
     code, out = run("hint", "flash-forward")
     assert code == 0 and hint.split("[", 1)[1].split("]")[0] in " ".join(out.split())
+
+
+def test_start_inside_the_workspace_reuses_it(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    run("start", "flashattention", "--dir", str(ws))
+    monkeypatch.chdir(ws)
+    code, out = run("start", "flashattention")
+    assert code == 0 and not (ws / "flashattention").exists()
+
+
+def test_piped_solution_is_runnable_python(tmp_path):
+    import ast
+
+    proc = subprocess.run([sys.executable, "-m", "drill", "solution", "online-softmax", "--force"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "before you have passed" in proc.stderr  # the warning stays off stdout
+    ast.parse(proc.stdout)
+    assert proc.stdout.startswith("# drill: flashattention/online-softmax")
+
+
+def test_ctrl_c_during_a_check_exits_130(tmp_path):
+    import signal
+    import time
+
+    path = tmp_path / "01_online_softmax.py"
+    path.write_text("# drill: flashattention/online-softmax\nimport time\ntime.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "drill", "check", str(path)], stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err

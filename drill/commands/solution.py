@@ -6,7 +6,7 @@ import click
 from rich.syntax import Syntax
 
 from drill import exitcodes, progress
-from drill.console import console, fail_line
+from drill.console import console, err_console, fail_line
 from drill.store import Store
 
 
@@ -26,7 +26,7 @@ def command(exercise: str, force: bool) -> None:
                   f"Try `drill hint {ex.id}`, or `drill solution {ex.id} --force` to see it anyway.")
         raise SystemExit(exitcodes.CANNOT)
     if not passed:
-        console.print("[warn]Showing the solution before you have passed: reading it now makes the "
+        err_console.print("[warn]Showing the solution before you have passed: reading it now makes the "
                       "exercise much less useful.[/warn]")
     text = ex.solution_path.read_text(encoding="utf-8")
     if not console.is_terminal:
