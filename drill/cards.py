@@ -8,16 +8,11 @@ malformed cards are rejected when the deck loads, so a typo fails loudly.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
 from drill import paths
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+from drill.tomlfile import tomllib
 
 DECK_FORMAT = 1
 KINDS = ("recall", "numeric", "choice")

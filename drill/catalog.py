@@ -7,17 +7,12 @@ cards tied to each exercise. Unknown keys are rejected so typos surface early.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from drill import paths
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+from drill.tomlfile import tomllib
 
 CATALOG_FORMAT = 1
 NEEDS = ("cpu", "gpu", "dist")
