@@ -230,11 +230,17 @@ def format_row(row: dict, names) -> str:
             f"{row['pass']}: {cells} | {ratios}")
 
 
+def table_columns(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(implementations that ran or failed in any row, ratio keys present in any row)."""
+    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
+    ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
+    return present, ratio_keys
+
+
 def to_markdown(rows: list[dict]) -> str:
     """One markdown table: TFLOP/s per implementation, then our ratios to cuDNN and FLASH."""
-    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
+    present, ratio_keys = table_columns(rows)
     head = ["D", "S", "B×H", "mask", "pass"] + [LABELS[n] for n in present]
-    ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
     head += [k.replace("/", " / ") for k in ratio_keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:

@@ -29,16 +29,15 @@ def _gpu_or_reason() -> str:
 def _render(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
-    from drill.kernels.bench import IMPLS, LABELS
+    from drill.kernels.bench import LABELS, table_columns
 
-    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
+    present, ratio_keys = table_columns(rows)
     table = Table(title=title, caption="TFLOP/s (forward 4·B·H·S²·D, half if causal; backward 2.5×); "
                                        "ratios are Triton (ours) or yours over the SDPA backend")
     for col in ["D", "S", "B×H", "mask", "pass"]:
         table.add_column(col, justify="right" if col in ("D", "S") else "left")
     for n in present:
         table.add_column(LABELS[n], justify="right", style="accent" if n in ("ours", "user") else None)
-    ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
     for k in ratio_keys:
         table.add_column(k.replace("user", "yours"), justify="right")
     for r in rows:
@@ -46,8 +45,12 @@ def _render(rows: list[dict], title: str) -> None:
         cells += [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "[muted]n/a[/muted]" for n in present]
         cells += [f"{r[k]:.2f}" if k in r else "—" for k in ratio_keys]
         table.add_row(*cells)
-    # Piped output has no width of its own: keep every column readable rather than 80 wide.
-    console.print(table, width=None if console.is_terminal else 160)
+    # Piped output has no width of its own (rich assumes 80): keep every column readable.
+    width = console.width
+    if not console.is_terminal:
+        console.width = 160
+    console.print(table)
+    console.width = width
     errs = {(n, e) for r in rows for n, e in r["errors"].items()}
     for n, e in sorted(errs):
         console.print(f"[muted]{LABELS[n]} could not run some cases: {e}[/muted]", soft_wrap=True)
