@@ -8,12 +8,11 @@ typographic variants (s², s^2, B_r×B_c, Br x Bc) do not decide the score.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from dataclasses import dataclass
 
 from drill.cards import Card, KeyPoint
-from drill.store import Store, now_iso
+from drill.store import Store
 
 MAIN_TAG = "main"
 
@@ -62,19 +61,10 @@ def find_question(questions: list[Card], name: str) -> Card | None:
 
 def least_recently_practised(store: Store, topic: str, questions: list[Card]) -> Card:
     """Never-practised questions first (deck order), then the one practised longest ago."""
-    rows = store.conn.execute(
-        "SELECT question, MAX(id) AS last FROM mocks WHERE topic = ? GROUP BY question", (topic,)
-    ).fetchall()
-    last = {row["question"]: row["last"] for row in rows}
+    last = store.mock_order(topic)
     return min(questions, key=lambda q: (last.get(q.id, -1), questions.index(q)))
 
 
 def record(store: Store, topic: str, card: Card, seconds: float, answer: str, coverage: Coverage) -> None:
     covered = [{"en": point.en, "covered": hit} for point, hit in zip(card.keypoints, coverage.covered)]
-    with store.conn:
-        store.conn.execute(
-            "INSERT INTO mocks (topic, question, at, seconds, answer, covered_json, score) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (topic, card.id, now_iso(), seconds, answer, json.dumps(covered, ensure_ascii=False),
-             coverage.score),
-        )
+    store.record_mock(topic, card.id, seconds, answer, covered, coverage.score)

@@ -40,16 +40,15 @@ def load_state(store: Store, card_id: str, now: datetime | None = None) -> "fsrs
     """The card's FSRS state, or a fresh card due now if it was never reviewed."""
     import fsrs
 
-    row = store.conn.execute("SELECT state_json FROM cards WHERE card_id = ?", (card_id,)).fetchone()
-    if row is None:
+    state = store.card_state(card_id)
+    if state is None:
         return fsrs.Card(card_id=fsrs_id(card_id), due=now or utcnow())
-    return fsrs.Card.from_json(row["state_json"])
+    return fsrs.Card.from_json(state)
 
 
 def due_times(store: Store) -> dict[str, datetime]:
     """Due time of every card that has been reviewed at least once."""
-    rows = store.conn.execute("SELECT card_id, due FROM cards").fetchall()
-    return {row["card_id"]: _parse_time(row["due"]) for row in rows}
+    return {card_id: _parse_time(due) for card_id, due in store.card_due_times().items()}
 
 
 def due_now(store: Store, card_ids: Iterable[str], now: datetime | None = None) -> list[str]:
@@ -93,12 +92,8 @@ def review(store: Store, card_id: str, rating: int, now: datetime | None = None,
     updated, log = scheduler().review_card(card, fsrs.Rating(rating), review_datetime=now)
     if cram:
         return updated
-    with store.conn:
-        _save_state(store, card_id, updated)
-        store.conn.execute(
-            "INSERT INTO reviews (card_id, at, rating, cram, log_json) VALUES (?, ?, ?, 0, ?)",
-            (card_id, _format_time(now), int(rating), log.to_json()),
-        )
+    store.save_card_states([_state_row(card_id, updated)],
+                           review=(card_id, _format_time(now), int(rating), log.to_json()))
     return updated
 
 
@@ -109,21 +104,17 @@ def bring_forward(store: Store, card_ids: Iterable[str], now: datetime | None = 
     is scheduled from what the user really knows.
     """
     now = now or utcnow()
-    with store.conn:
-        for card_id in card_ids:
-            card = load_state(store, card_id, now)
-            if card.due > now:
-                card.due = now
-            _save_state(store, card_id, card)
+    rows = []
+    for card_id in card_ids:
+        card = load_state(store, card_id, now)
+        if card.due > now:
+            card.due = now
+        rows.append(_state_row(card_id, card))
+    store.save_card_states(rows)
 
 
-def _save_state(store: Store, card_id: str, card: "fsrs.Card") -> None:
-    # Callers hold the transaction, so a state and its review log land together.
-    store.conn.execute(
-        "INSERT INTO cards (card_id, state_json, due) VALUES (?, ?, ?) "
-        "ON CONFLICT (card_id) DO UPDATE SET state_json = excluded.state_json, due = excluded.due",
-        (card_id, card.to_json(), _format_time(card.due)),
-    )
+def _state_row(card_id: str, card: "fsrs.Card") -> tuple[str, str, str]:
+    return card_id, card.to_json(), _format_time(card.due)
 
 
 def _format_time(moment: datetime) -> str:

@@ -163,6 +163,42 @@ class Store:
         ).fetchone()
         return row is not None
 
+    # -- card reviews (FSRS state is opaque JSON here; drill.reviews owns its meaning) ---
+    def card_state(self, card_id: str) -> str | None:
+        row = self.conn.execute("SELECT state_json FROM cards WHERE card_id = ?", (card_id,)).fetchone()
+        return row["state_json"] if row else None
+
+    def card_due_times(self) -> dict[str, str]:
+        return {row["card_id"]: row["due"] for row in self.conn.execute("SELECT card_id, due FROM cards")}
+
+    def save_card_states(self, states: list[tuple[str, str, str]],
+                         review: tuple[str, str, int, str] | None = None) -> None:
+        """Write (card_id, state_json, due) rows and, with `review` = (card_id, at, rating, log_json),
+        its log entry, in one transaction: a state never lands without its review."""
+        with self.conn:
+            self.conn.executemany(
+                "INSERT INTO cards (card_id, state_json, due) VALUES (?, ?, ?) "
+                "ON CONFLICT (card_id) DO UPDATE SET state_json = excluded.state_json, due = excluded.due",
+                states)
+            if review is not None:
+                self.conn.execute(
+                    "INSERT INTO reviews (card_id, at, rating, cram, log_json) VALUES (?, ?, ?, 0, ?)", review)
+
+    # -- mock interviews ---------------------------------------------------------
+    def record_mock(self, topic: str, question: str, seconds: float, answer: str, covered: list,
+                    score: float) -> None:
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO mocks (topic, question, at, seconds, answer, covered_json, score) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (topic, question, now_iso(), seconds, answer, json.dumps(covered, ensure_ascii=False), score))
+
+    def mock_order(self, topic: str) -> dict[str, int]:
+        """For each question practised in `topic`, the id of its latest attempt (larger is later)."""
+        rows = self.conn.execute(
+            "SELECT question, MAX(id) AS last FROM mocks WHERE topic = ? GROUP BY question", (topic,))
+        return {row["question"]: row["last"] for row in rows}
+
     # -- hints ---------------------------------------------------------------
     def hints_revealed(self, exercise: str) -> int:
         row = self.conn.execute("SELECT revealed FROM hints WHERE exercise = ?", (exercise,)).fetchone()
