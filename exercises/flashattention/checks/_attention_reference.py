@@ -223,3 +223,14 @@ def first_wrong_block(got, want, block: int, atol: float, rtol: float) -> int | 
     if bad_rows.size == 0:
         return None
     return int(bad_rows[0]) // block
+
+
+# Awkward shapes shared by the forward and backward checks: (sq, sk, d, Br, Bc).
+SHAPES = {
+    "ragged last blocks": [(37, 37, 8, 16, 16), (45, 45, 4, 8, 8)],
+    "sq != sk": [(20, 53, 8, 16, 16), (50, 13, 8, 16, 16)],
+    "Br != Bc": [(33, 41, 8, 4, 16), (33, 41, 8, 16, 5)],
+    "blocks longer than the sequence": [(5, 7, 8, 16, 16), (3, 30, 4, 64, 8), (30, 3, 4, 8, 64)],
+    "d = 1": [(17, 23, 1, 4, 6)],
+    "blocks of one row": [(6, 9, 3, 1, 1)],
+}

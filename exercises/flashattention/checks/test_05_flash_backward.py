@@ -11,6 +11,7 @@ from drill.grader.expect import Call, array, close, fail, matches, max_error, sh
 
 from ._attention_reference import (
     MEMORY_SIZE,
+    SHAPES,
     attention,
     attention_backward,
     check_peak,
@@ -147,16 +148,6 @@ def check_backward(sub, p: Problem, atol=ATOL):
 def test_small_square(sub, rng):
     """A small square input (sq = sk = 8, d = 4, Br = Bc = 4) gives the right dQ, dK and dV"""
     check_backward(sub, Problem(rng, 8, 8, 4, Br=4, Bc=4))
-
-
-SHAPES = {
-    "ragged last blocks": [(37, 37, 8, 16, 16), (45, 45, 4, 8, 8)],
-    "sq != sk": [(20, 53, 8, 16, 16), (50, 13, 8, 16, 16)],
-    "Br != Bc": [(33, 41, 8, 4, 16), (33, 41, 8, 16, 5)],
-    "blocks longer than the sequence": [(5, 7, 8, 16, 16), (3, 30, 4, 64, 8), (30, 3, 4, 8, 64)],
-    "d = 1": [(17, 23, 1, 4, 6)],
-    "blocks of one row": [(6, 9, 3, 1, 1)],
-}
 
 
 @pytest.mark.parametrize("case", list(SHAPES), ids=list(SHAPES))
