@@ -1,21 +1,21 @@
 """A pytest plugin that records each hidden check's outcome as a JSON line.
 
-Runs inside the worker process. Each check gets a time limit of its own (SIGALRM),
-and its failure is turned into a message written for the learner.
+Runs inside the trusted worker process. Each check gets a time limit of its own
+(SIGALRM), and its failure is turned into a message written for the learner. The
+user's code is never in this process: what it did arrives as values, as a
+UserCodeError (it raised or exited) or as SubjectGone (its process ended).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import signal
 import time
-import traceback
 
 import pytest
 
-from drill.grader import submission
 from drill.grader.expect import CheckFailure, take_notes
+from drill.grader.proxy import SubjectGone, SubmissionProxy, UserCodeError
 from drill.grader.result import TOO_MUCH_OUTPUT
 
 
@@ -45,50 +45,45 @@ def explain(excinfo: pytest.ExceptionInfo, limit_s: float, memory_mb: int) -> tu
         return exc.text(), exc.details()
     if isinstance(exc, CheckTimeout):
         return (f"did not finish in the {limit_s:.1f} s left: an infinite loop, or a loop that never advances?", {})
-    if isinstance(exc, NotImplementedError):
-        where = _user_line(excinfo)
-        return (f"not written yet: your code raises NotImplementedError{where}; replace the TODO", {})
+    if isinstance(exc, UserCodeError):
+        return explain_user_error(exc.info, memory_mb), {"traceback": exc.info.get("traceback", "")}
+    if isinstance(exc, SubjectGone):
+        return (exc.reason, {})
     if isinstance(exc, MemoryError):
-        return (
-            f"your code ran out of memory (the limit is {memory_mb} MB): "
-            "is something building a huge array, such as a full sq×sk matrix?",
-            {},
-        )
-    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
-        return (TOO_MUCH_OUTPUT, {})
-    if isinstance(exc, SystemExit):
-        return (f"your code called sys.exit({exc.code!r}) inside a check{_user_line(excinfo)}", {})
-    where = _user_line(excinfo)
+        return ("the grader ran out of memory checking your result: is it far larger than expected?", {})
     kind = type(exc).__name__
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if where:
-        return (f"your code raised {kind}{': ' + text if text else ''}{where}", {})
     return (f"your result could not be checked: {kind}{': ' + text if text else ''}", {})
 
 
-def _user_line(excinfo: pytest.ExceptionInfo) -> str:
-    """' (your file, line N)' for the deepest frame in the user's file, else ''."""
-    user = submission.path()
-    line = None
-    for frame in traceback.extract_tb(excinfo.tb):
-        if user and frame.filename == user:
-            line = frame.lineno
-    return f" (your file, line {line})" if line else ""
+def explain_user_error(info: dict, memory_mb: int) -> str:
+    """One line for an exception (or exit) raised by the user's function in the subject."""
+    kind = str(info.get("type", "Exception"))
+    text = str(info.get("message") or "")
+    where = f" (your file, line {info['line']})" if info.get("line") else ""
+    if kind == "NotImplementedError":
+        return f"not written yet: your code raises NotImplementedError{where}; replace the TODO"
+    if kind == "MemoryError":
+        return (f"your code ran out of memory (the limit is {memory_mb} MB): "
+                "is something building a huge array, such as a full sq×sk matrix?")
+    if kind == "OSError" and info.get("errno") == errno.EFBIG:
+        return TOO_MUCH_OUTPUT
+    if kind == "SystemExit":
+        return f"your code called sys.exit({info.get('exit_code')}) inside a check{where}"
+    if str(info.get("module", "")).startswith(("_pytest", "pytest")):
+        return f"your code raised pytest's {kind}{where}: skipping or ending a check from your code is a failure"
+    return f"your code raised {kind}{': ' + text if text else ''}{where}"
 
 
 class Recorder:
-    def __init__(self, events, deadline: float, memory_mb: int):
-        self.events = events
+    def __init__(self, emit, deadline: float, memory_mb: int):
+        self.emit = emit
         self.deadline = deadline  # time.time() by which a running check is stopped
         self.limit_s = 0.0  # the time the running check was given
         self.memory_mb = memory_mb
         self.started: dict[str, float] = {}
         self.failed_phase: dict[str, dict] = {}
         self.skipped: dict[str, str] = {}
-
-    def emit(self, **event) -> None:
-        self.events.write(json.dumps(event) + "\n")
-        self.events.flush()
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -127,7 +122,8 @@ class Recorder:
         if report.when == "teardown":
             failure = self.failed_phase.get(item.nodeid)
             skipped = self.skipped.get(item.nodeid)
-            output = (report.capstdout + report.capstderr)[-OUTPUT_LIMIT:]
+            output = "".join(SubmissionProxy.outputs)[-OUTPUT_LIMIT:]  # what the user's code printed
+            SubmissionProxy.outputs.clear()
             self.emit(
                 event="check",
                 name=check_name(item),

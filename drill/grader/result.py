@@ -31,6 +31,7 @@ class GradeResult:
     seconds: float = 0.0
     output: str = ""  # what the user's code printed outside any check (truncated)
     notes: list[str] = field(default_factory=list)
+    sandbox: str = "partial"  # "full": Landlock confined the user's code; "partial": only processes and limits
 
     def to_json(self) -> dict:
         doc = asdict(self)

@@ -1,16 +1,19 @@
-"""Run an exercise's hidden checks on a user's file in a separate, limited process.
+"""Grade a user's file: start the trusted worker, read its events, give the verdict.
 
-The verdict is `pass` only when the worker reached its end (its `done` event
-carries the nonce we gave it), pytest exited cleanly, at least one check ran,
-every collected check reported, and none failed.
+The worker (drill.grader.worker) runs the hidden checks; the user's file runs only in
+the sandboxed subject process the worker starts. This process never imports either.
+The verdict is `pass` only when the worker reached its end (its `done` event carries
+the nonce we gave it), pytest exited cleanly, at least one check ran, every collected
+check reported, and none failed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
+import re
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -22,108 +25,157 @@ from pathlib import Path
 from drill.catalog import Exercise
 from drill.grader.result import CheckResult, GradeResult
 
-OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what the user's code may print before it is stopped
-SHOWN_OUTPUT = 2000  # characters of that output kept in the report
-KILL_GRACE_S = 2.0  # time the worker gets past the deadline to report a hung check
+KILL_GRACE_S = 3.0  # time the worker gets past the deadline to report a hung check
+EVENTS_LIMIT_BYTES = 16 * 1024 * 1024
+SHOWN_OUTPUT = 2000
 
 
-def _gpu_visible() -> bool:
+def nvidia_driver_present() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def _limits(memory_mb: int, cap_address_space: bool = True):
-    def apply() -> None:
-        mem = memory_mb * 1024 * 1024
-        if cap_address_space:
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+def _worker_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("DRILL_", "PYTEST_", "PYTHON"))}
 
 
-def _child_env(exercise: Exercise | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRILL_", "PYTEST_"))}
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if exercise is not None and exercise.needs == "gpu" and not _gpu_visible():
-        # Triton reads this when a kernel is decorated, i.e. while the user's file is
-        # imported, so only the worker's environment can switch the interpreter on in time.
+def subject_env(exercise: Exercise) -> dict[str, str]:
+    """Variables the subject needs beyond the sandbox's defaults."""
+    env = {}
+    if exercise.needs == "gpu" and not nvidia_driver_present():
+        # Triton reads this when a kernel is decorated, i.e. while the user's file is imported.
         env["TRITON_INTERPRET"] = "1"
     return env
 
 
-def grade(exercise: Exercise, user_file: Path, timeout: float | None = None) -> GradeResult:
-    user_file = user_file.resolve()
+def hidden_paths() -> list[str]:
+    """What the subject must not read: drill itself (checks, solutions) and the progress data."""
+    from importlib.util import find_spec
+
+    from drill import paths as drill_paths
+
+    found = []
+    for package in ("drill", "drill.exercises", "drill.solutions", "drill.kernels"):
+        spec = find_spec(package)  # finds without importing (drill.kernels would import torch)
+        found += list(spec.submodule_search_locations or []) if spec else []
+    found.append(str(drill_paths.home()))
+    return [str(Path(p).resolve()) for p in found]
+
+
+def pycache_dir() -> Path:
+    """Bytecode for the trusted side lives here, out of the subject's reach (never __pycache__ beside the checks)."""
+    from platformdirs import user_cache_dir
+
+    path = Path(os.environ.get("DRILL_PYCACHE") or user_cache_dir("drill")) / "pycache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
+          keyword: str | None = None, first_failure: bool = False) -> GradeResult:
+    user_file = Path(os.path.abspath(user_file))
     timeout = timeout or exercise.timeout
     # The worker stops a hung check itself just before this deadline, so the checks that
-    # ran are still reported; the kill below is the backstop (import loops, C-level hangs).
+    # ran are still reported; the kill below is the backstop.
     deadline = time.time() + timeout
     started = time.perf_counter()
+    nonce = secrets.token_hex(16)
+    gpu = exercise.needs == "gpu" and nvidia_driver_present()
     with tempfile.TemporaryDirectory(prefix="drill-grade-") as tmp:
-        events_path = Path(tmp) / "events.jsonl"
-        out_path = Path(tmp) / "output.txt"
-        nonce = secrets.token_hex(16)
-        cmd = [sys.executable, "-m", "drill.grader.worker", str(user_file), str(exercise.checks_path),
-               str(events_path), ",".join(exercise.functions), str(deadline), str(exercise.memory_mb)]
-        with open(out_path, "wb") as out:
+        job = {
+            "nonce": nonce, "user_file": str(user_file), "checks_file": str(exercise.checks_path),
+            "functions": list(exercise.functions), "deadline": deadline, "memory_mb": exercise.memory_mb,
+            # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU.
+            "cap_address_space": not gpu, "scratch": tmp, "hidden": hidden_paths(),
+            "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure,
+        }
+        with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                cwd=str(user_file.parent), env=_child_env(exercise),
-                # CUDA reserves far more virtual address space than it uses: under an
-                # RLIMIT_AS cap its initialisation fails with "out of memory".
-                preexec_fn=_limits(exercise.memory_mb, not (exercise.needs == "gpu" and _gpu_visible())),
-                start_new_session=True,
+                [sys.executable, "-I", "-X", f"pycache_prefix={pycache_dir()}", "-m", "drill.grader.worker"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=_worker_env(),
+                cwd=tmp, start_new_session=True,
             )
             try:
-                proc.stdin.write((nonce + "\n").encode())
+                proc.stdin.write((json.dumps(job) + "\n").encode())
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-            timed_out = False
-            try:
-                proc.wait(timeout=timeout + KILL_GRACE_S)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(proc)
-        events = _read_events(events_path)
-        output = out_path.read_bytes()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
-        result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, output)
+            events, timed_out = _read_events(proc, timeout + KILL_GRACE_S)
+            _stop(proc)
+            stderr.seek(0)
+            worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
+        result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error)
     result.seconds = round(time.perf_counter() - started, 3)
     return result
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """End the worker and anything it started (ring-attention ranks, for example)."""
+def _read_events(proc: subprocess.Popen, limit_s: float) -> tuple[list[dict], bool]:
+    """The worker's JSON lines, read within the time limit and a size cap."""
+    events, buffer, total = [], b"", 0
+    end = time.monotonic() + limit_s
+    fd = proc.stdout.fileno()
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return events, True
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return events, False
+        total += len(chunk)
+        if total > EVENTS_LIMIT_BYTES:
+            return events, False
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                return events, False  # everything after a broken line is untrustworthy
+            if isinstance(event, dict):
+                events.append(event)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the worker (it ends its subject tree on SIGTERM), then anything left in its group."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    proc.stdout.close()
 
 
-def _read_events(path: Path) -> list[dict]:
-    events = []
-    if not path.exists():
-        return events
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut off by a kill: everything after it is untrustworthy
-    return events
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout, output) -> GradeResult:
-    result = GradeResult(exercise=exercise.key, file=str(user_file), status="error", output=output)
-    checks = [CheckResult(e["name"], e["status"], e.get("message", ""), e.get("seconds", 0.0),
-                          e.get("output", ""), e.get("details", {}), [str(n) for n in e.get("notes", [])])
+def clean(text) -> str:
+    """Text from the user's code without terminal escapes or control characters (newlines and tabs stay)."""
+    return _CONTROL.sub("", str(text))
+
+
+def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout, worker_error) -> GradeResult:
+    first = {}
+    for e in events:
+        first.setdefault(e.get("event"), e)
+    result = GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error",
+                         sandbox=str(first.get("start", {}).get("sandbox", "partial")),
+                         output=clean((first.get("loaded") or first.get("load_error") or {}).get("output", "")))
+    checks = [CheckResult(clean(e["name"]), e["status"], clean(e.get("message", "")), e.get("seconds", 0.0),
+                          clean(e.get("output", "")), {k: clean(v) for k, v in e.get("details", {}).items()},
+                          [clean(n) for n in e.get("notes", [])])
               for e in events if e.get("event") == "check"]
     result.checks = checks
     result.notes += [n for c in checks for n in c.notes]
-    kinds = {e.get("event") for e in events}
-    load_error = next((e["message"] for e in events if e.get("event") == "load_error"), None)
+    kinds = set(first)
+    load_error = clean(first["load_error"]["message"]) if "load_error" in first else None
     collected = next((e["count"] for e in events if e.get("event") == "collected"), None)
     done = next((e for e in events if e.get("event") == "done"), None)
 
@@ -140,6 +192,8 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
         phase = "while importing your file" if "loaded" not in kinds else "during the checks"
         hint = " (out of memory?)" if returncode == -signal.SIGKILL else " (os._exit, or a crash?)"
         result.message = f"the grading process ended early {phase} with {how}{hint}; nothing was graded"
+        if worker_error.strip():
+            result.output = worker_error
         return result
     # pytest exits with 2 (interrupted) when the recorder stopped the run after a time-out.
     clean_exits = (0, 1, 2) if "stopped" in kinds else (0, 1)

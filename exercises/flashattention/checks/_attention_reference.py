@@ -7,17 +7,18 @@ matrices on purpose: it is the yardstick, not an answer to copy.
 from __future__ import annotations
 
 import math
-import tracemalloc
-import warnings
 
 import numpy as np
 
 from drill.grader.expect import Call, array, fail, show
+from drill.grader.proxy import memory_measured
 
 # The full score matrix at the memory-check size, and the most a tiled call may hold.
-MEMORY_SIZE = 2048
-FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 32 MiB
-PEAK_LIMIT_BYTES = FULL_SCORES_BYTES // 8  # 4 MiB: a full bool mask (4 MiB) is an sq×sk array too
+# Large enough that one sq×sk array stands far above the noise of a Python process (lazy
+# imports, allocator slack): the limit sits between the tiles and a full boolean mask.
+MEMORY_SIZE = 6144
+FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 288 MiB
+PEAK_LIMIT_BYTES = 16 * 2**20  # a full bool mask (36 MiB) is an sq×sk array too; inputs are ~0.8 MiB each
 
 
 def default_scale(d: int, scale) -> float:
@@ -137,28 +138,28 @@ def attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, align="botto
 
 
 def quiet_call(fn, call: Call, *args, _hints: dict | None = None, **kwargs):
-    """Call fn with numpy's warnings on; a RuntimeWarning (overflow, 0/0, log(0)) fails the check.
+    """Call the user's fn; a RuntimeWarning raised inside it (overflow, 0/0, log(0)) fails the check.
 
-    Underflow stays silent: exp(-1e4) rounding to 0 is correct behaviour. _hints maps
+    The subject runs every call with numpy's warnings on (underflow stays silent:
+    exp(-1e4) rounding to 0 is correct behaviour) and reports what it saw. _hints maps
     "overflow" | "invalid" | "divide" to a hint that fits the exercise better.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with np.errstate(divide="warn", over="warn", invalid="warn", under="ignore"):
-            before = np.geterr()
-            result = fn(*args, **kwargs)
-            after = np.geterr()
-    if after != before:
+    return observed_call(fn, call, *args, _hints=_hints, **kwargs).result
+
+
+def observed_call(fn, call: Call, *args, _hints: dict | None = None, return_args: bool = False, **kwargs):
+    """quiet_call's checks, returning the whole Outcome (with the arguments after the call if asked)."""
+    outcome = fn.observe(*args, return_args=return_args, **kwargs)
+    if outcome.geterr:
         fail("your code changed numpy's error settings with np.seterr, which can hide warnings",
-             called=str(call), got=f"np.geterr() = {after}",
+             called=str(call), got=f"np.geterr() = {outcome.geterr}",
              hint="don't silence the warning: keep -inf - (-inf) and exp overflow from happening")
-    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    runtime = [message for category, message in outcome.warnings if category == "RuntimeWarning"]
     if runtime:
-        first = runtime[0]
         fail("your code raised a numpy RuntimeWarning (the contract is: no NaN and no warning)",
-             called=str(call), got=f"RuntimeWarning: {first.message}",
-             hint=warning_hint(str(first.message), _hints or {}))
-    return result
+             called=str(call), got=f"RuntimeWarning: {runtime[0]}",
+             hint=warning_hint(str(runtime[0]), _hints or {}))
+    return outcome
 
 
 def warning_hint(message: str, hints: dict) -> str:
@@ -176,19 +177,15 @@ def warning_hint(message: str, hints: dict) -> str:
 
 
 def peak_bytes(fn, *args, **kwargs) -> tuple[int, object]:
-    """Peak memory NumPy and Python allocate during fn(*args) (tracemalloc sees NumPy's buffers)."""
-    was_tracing = tracemalloc.is_tracing()
-    if not was_tracing:
-        tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
-    try:
+    """Peak resident memory of the user's code during fn(*args), measured from outside its process.
+
+    The call runs in a fresh subject; the figure is its resident high-water mark (and its
+    memory cgroup's peak, where there is one) above what it held before the user's file
+    was loaded, so buffers kept from import time count too.
+    """
+    with memory_measured() as measured:
         result = fn(*args, **kwargs)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        if not was_tracing:
-            tracemalloc.stop()
-    return peak, result
+    return measured.peak, result
 
 
 def check_peak(peak: int, call: Call, what: str) -> None:

@@ -183,7 +183,7 @@ def test_softmax_leaves_input_alone(sub, rng):
     """The input array is not modified"""
     x = rng.normal(size=(3, 9))
     before = x.copy()
-    sub.online_softmax(x, 4)
+    x = sub.online_softmax.observe(x, 4, return_args=True).args[0]
     if not matches(x, before, atol=0.0):
         fail("online_softmax changed its input array in place", called="online_softmax(x, 4)",
              hint="work on a copy, or write results into a new array")

@@ -8,7 +8,7 @@ import numpy as np
 
 from drill.grader.expect import Call, close, fail, matches, max_error, show
 
-from ._attention_reference import default_scale, masked_attention, pair, quiet_call, visible
+from ._attention_reference import default_scale, masked_attention, observed_call, pair, quiet_call, visible
 
 O_ATOL, O_RTOL = 1e-10, 1e-9
 L_ATOL, L_RTOL = 1e-10, 1e-12
@@ -300,8 +300,8 @@ def test_inputs_untouched(sub, rng):
     (p1, p2), _ = _problem(rng, 6, 14, 4, 2)
     arrays = [p1[0], p1[1], p2[0], p2[1]]
     before = [a.copy() for a in arrays]
-    quiet_call(sub.merge_partials, "merge_partials(O1, L1, O2, L2)", *arrays)
-    for name, now, then in zip(("O1", "L1", "O2", "L2"), arrays, before):
+    after = observed_call(sub.merge_partials, "merge_partials(O1, L1, O2, L2)", *arrays, return_args=True).args
+    for name, now, then in zip(("O1", "L1", "O2", "L2"), after, before):
         if not matches(now, then, atol=0.0):
             fail(f"merge_partials changed its input {name} in place", called="merge_partials(O1, L1, O2, L2)",
                  got=show(now), expected=show(then), hint="build new arrays (w * O1), don't scale O1 in place")

@@ -1,0 +1,318 @@
+"""The trusted side's handle on the subject process, and the `sub` object checks call.
+
+`Subject` starts the sandboxed subject (drill/grader/subject.py, run from a scratch
+folder that holds copies of it, of protocol.py and of the user's file), loads the user's
+file there, and sends it calls. Everything that comes back is a plain value; an error in
+user code comes back as a description and is raised here as `UserCodeError`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drill.grader import protocol, sandbox
+
+HERE = Path(__file__).parent
+OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what the user's code may print before it is stopped
+RESULT_LIMIT_BYTES = 2 * 1024**3
+WATCH_INTERVAL_S = 0.05
+
+
+class UserCodeError(Exception):
+    """The user's function raised (or exited); carries the subject's description."""
+
+    def __init__(self, info: dict):
+        self.info = info
+        super().__init__(f"{info.get('type')}: {info.get('message')}")
+
+
+class SubjectGone(Exception):
+    """The subject process ended, or broke the protocol, in the middle of a call."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass
+class Outcome:
+    """One call's result and what was seen around it."""
+
+    result: object
+    warnings: list = field(default_factory=list)  # [category, message] raised inside the call
+    geterr: str | None = None  # numpy's error settings, when the call changed them
+    args: list | None = None  # the arguments as they were after the call (return_args=True)
+    peak_bytes: int | None = None  # resident memory above the subject's start (measure_memory=True)
+    output: str = ""
+
+
+class Subject:
+    """One sandboxed subject process with the user's file loaded."""
+
+    def __init__(self, user_file: Path, functions: list[str], *, scratch_root: Path, hidden: list[Path],
+                 memory_mb: int, cap_address_space: bool = True, env: dict | None = None):
+        self.user_file = user_file
+        self.functions = functions
+        self.scratch_root = scratch_root
+        self.hidden = hidden
+        self.memory_mb = memory_mb
+        self.cap_address_space = cap_address_space
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.load_error = ""
+        self.base_rss = self.base_group = 0
+        self.group: sandbox.MemoryGroup | None = None
+        self.calls = 0
+        self._count = 0
+
+    # --- life cycle
+
+    def start(self) -> None:
+        """Start a fresh subject and load the user's file; sets load_error on failure."""
+        self.close()
+        self._count += 1
+        self.scratch = self.scratch_root / f"subject-{self._count}"
+        self.scratch.mkdir(parents=True)
+        for name in ("subject.py", "protocol.py"):
+            shutil.copyfile(HERE / name, self.scratch / name)
+        target = self.scratch / self.user_file.name
+        target.write_bytes(self.user_file.read_bytes())
+        self.output = open(self.scratch_root / f"output-{self._count}.txt", "w+b")
+        self._output_seen = 0
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        policy = sandbox.Policy(self.scratch, self.hidden)
+        paths = sandbox.policy_paths(policy) if sandbox.landlock_abi() >= 1 else None
+        env = _subject_env(self.scratch, self.env)
+        self.group = sandbox.MemoryGroup.create(f"drill-{os.getpid()}-{self._count}", self.memory_mb * 1024 * 1024) \
+            if self.memory_mb else None
+        self.calls = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-s", "-B", str(self.scratch / "subject.py"), str(target),
+             ",".join(self.functions), str(req_r), str(res_w)],
+            stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.output, cwd=str(self.scratch),
+            env=env, pass_fds=(req_r, res_w), close_fds=True,
+            preexec_fn=sandbox.preexec(self.memory_mb if self.cap_address_space else 0,
+                                       OUTPUT_LIMIT_BYTES, paths, self.group),
+        )
+        os.close(req_r)
+        os.close(res_w)
+        self.requests = os.fdopen(req_w, "wb")
+        self.responses = os.fdopen(res_r, "rb", buffering=0)
+        self.deadline = None
+        try:
+            header, _ = self._receive(time.monotonic() + 60)
+            if header.get("event") != "hello":
+                raise SubjectGone("the subject did not start")
+            self.base_rss = sandbox.status_bytes(self.proc.pid, "VmRSS")
+            self.base_group = self.group.read("usage") if self.group else 0
+            protocol.send(self.requests, {"op": "load"})
+            header, _ = self._receive(None)
+        except SubjectGone as gone:
+            self.load_error = gone.reason
+            return
+        if header.get("event") == "load_error":
+            self.load_error = str(header.get("message", "your file could not be loaded"))
+        elif header.get("event") != "loaded":
+            self.load_error = "your file could not be loaded"
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        for stream in (getattr(self, "requests", None), getattr(self, "responses", None)):
+            try:
+                stream.close()
+            except (OSError, AttributeError):
+                pass
+        sandbox.end_tree()
+        self.proc.wait()
+        self.proc = None
+        if self.group is not None:
+            self.group.remove()
+            self.group = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # --- calls
+
+    def call(self, function: str, args: list, kwargs: dict, *, return_args: bool = False,
+             measure_memory: bool = False, torch: dict | None = None, timeout: float | None = None) -> Outcome:
+        # A measured call gets a fresh subject: its peak then counts everything the user's
+        # code holds, including buffers kept from import time, and nothing older.
+        if not self.alive or self.load_error or (measure_memory and self.calls):
+            self.start()
+            if self.load_error:
+                raise SubjectGone(f"your file could not be loaded again: {self.load_error}")
+        header = {"op": "call", "function": function, "return_args": return_args}
+        if torch:
+            header["torch"] = torch
+        start_offset = self._output_size()
+        self.calls += 1
+        try:
+            protocol.send(self.requests, header, {"args": list(args), "kwargs": dict(kwargs)})
+        except (BrokenPipeError, OSError):
+            raise SubjectGone(self._ended("before the call")) from None
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            reply, value = self._receive(deadline)
+        except BaseException:
+            self.close()  # a check stopped mid-call (time-out): the subject is in an unknown state
+            raise
+        peak = None
+        if measure_memory:
+            peak = sandbox.status_bytes(self.proc.pid, "VmHWM") - self.base_rss
+            if self.group is not None:  # the whole tree: a forked helper's memory counts too
+                peak = max(peak, self.group.read("peak") - self.base_group)
+            peak = max(0, peak)
+        output = self._read_output(start_offset)
+        if not reply.get("ok"):
+            error = UserCodeError(dict(reply.get("error") or {}))
+            error.output = output
+            raise error
+        value = value if isinstance(value, dict) else {}
+        return Outcome(result=value.get("result"), warnings=list(reply.get("warnings") or []),
+                       geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output)
+
+    def _receive(self, deadline: float | None):
+        """Wait for a message, watching the tree's memory; SubjectGone if the subject dies or lies."""
+        while True:
+            wait = WATCH_INTERVAL_S if deadline is None else max(0.0, min(WATCH_INTERVAL_S, deadline - time.monotonic()))
+            ready, _, _ = select.select([self.responses], [], [], wait)
+            if ready:
+                break
+            if self.memory_mb and self.group is None and sandbox.tree_rss_bytes(self.proc.pid) > self.memory_mb * 1024 * 1024:
+                self.close()
+                raise SubjectGone(f"your code used more than {self.memory_mb} MB of memory (all its processes together)")
+            if self.proc.poll() is not None:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                self.close()
+                raise SubjectGone("did not answer in time")
+        try:
+            return protocol.receive(self.responses, RESULT_LIMIT_BYTES)
+        except EOFError:
+            raise SubjectGone(self._ended("during the call")) from None
+        except (protocol.ProtocolError, ValueError, OSError) as exc:
+            self.close()
+            raise SubjectGone(f"the subject process sent something that is not a result ({exc})") from None
+
+    def _ended(self, when: str) -> str:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            code = self.proc.returncode
+        else:
+            code = None
+        if code is not None and code < 0:
+            how = f"was killed by signal {-code}" + (" (out of memory?)" if code == -9 else "")
+        elif code is not None:
+            how = f"ended with exit status {code} (os._exit, or a crash?)"
+        else:
+            how = "closed the grader's channel"
+        self.close()
+        return f"the process running your code {how} {when}"
+
+    # --- printed output
+
+    def _output_size(self) -> int:
+        try:
+            return os.fstat(self.output.fileno()).st_size
+        except (OSError, AttributeError):
+            return 0
+
+    def _read_output(self, start: int, limit: int = 2000) -> str:
+        end = self._output_size()
+        if end <= start:
+            return ""
+        data = os.pread(self.output.fileno(), min(end - start, 64 * 1024), start)
+        text = data.decode("utf-8", "replace")
+        return text[:limit] + (f"\n… ({end - start} bytes in all)" if len(text) > limit else "")
+
+    def leading_output(self, limit: int = 2000) -> str:
+        """What the user's file printed while being imported."""
+        return self._read_output(0, limit) if hasattr(self, "output") else ""
+
+
+def _subject_env(scratch: Path, extra: dict) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",
+            "LD_LIBRARY_PATH", "SYSTEMROOT")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               TRITON_CACHE_DIR=str(scratch / ".triton"), XDG_CACHE_HOME=str(scratch / ".cache"),
+               MPLCONFIGDIR=str(scratch / ".mpl"), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+class FunctionProxy:
+    """One of the user's functions, called by value in the subject."""
+
+    def __init__(self, subject: Subject, name: str):
+        self.subject = subject
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        return self.observe(*args, **kwargs).result
+
+    def observe(self, *args, return_args: bool = False, **kwargs) -> Outcome:
+        """Call, and return the result with what was seen around it (warnings, arguments after)."""
+        measuring = _measurements[-1] if _measurements else None
+        try:
+            outcome = self.subject.call(self.__name__, list(args), kwargs, return_args=return_args,
+                                        measure_memory=measuring is not None, torch=SubmissionProxy.torch)
+        except UserCodeError as error:
+            SubmissionProxy.outputs.append(getattr(error, "output", ""))
+            raise
+        SubmissionProxy.outputs.append(outcome.output)
+        if measuring is not None:
+            measuring.peak = max(measuring.peak, outcome.peak_bytes or 0)
+        return outcome
+
+    def __repr__(self) -> str:
+        return f"<your function {self.__name__}>"
+
+
+class Measurement:
+    peak = 0
+
+
+_measurements: list[Measurement] = []
+
+
+@contextmanager
+def memory_measured():
+    """Calls made inside run in a fresh subject each; `.peak` is the largest resident peak seen."""
+    box = Measurement()
+    _measurements.append(box)
+    try:
+        yield box
+    finally:
+        _measurements.pop()
+
+
+class SubmissionProxy:
+    """What the `sub` fixture hands the checks: attribute access gives a FunctionProxy."""
+
+    torch: dict | None = None  # set by torch exercises: {"device": ..., "dtype": ...}
+    outputs: list[str] = []
+
+    def __init__(self, subject: Subject):
+        self._subject = subject
+
+    def __getattr__(self, name: str) -> FunctionProxy:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return FunctionProxy(self._subject, name)

@@ -1,0 +1,344 @@
+"""Containment for the subject process: what it may read and write, and its end.
+
+Linux only. In the child, before the interpreter starts (`preexec`):
+  * resource limits: address space per process, file size (caps printed output), no core;
+  * no_new_privs, then Landlock (Linux 5.13+): read and execute only the interpreter, the
+    import path without drill's hidden checks and solutions, system libraries and a few
+    devices; write only the scratch folder; since ABI 6 also no signals to, and no abstract
+    unix sockets of, processes outside the sandbox (ptrace and /proc/<pid> of outsiders
+    are closed by Landlock itself);
+  * every capability dropped, so a grader running as root gives the subject none;
+  * a new session; SIGKILL when the grading process dies.
+The grading process makes itself a child subreaper, so descendants that called setsid()
+stay its descendants, and `end_tree` kills every one of them at the end.
+
+Where Landlock is missing the subject still runs, with the other measures: the level in
+force is reported as "full" or "partial".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+_SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+# Landlock filesystem rights (linux/landlock.h).
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_WRITE_TREE = sum(1 << b for b in range(4, 13))  # remove, make dir/file/sock/fifo/sym/char/block
+_REFER, _TRUNCATE = 1 << 13, 1 << 14
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+READ = _EXECUTE | _READ_FILE | _READ_DIR
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE
+
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/opt")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", "/dev/shm")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where there is none."""
+    numbers = _SYSCALLS.get(platform.machine())
+    if sys.platform != "linux" or numbers is None:
+        return 0
+    version = _libc().syscall(numbers[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(int(version), 0)
+
+
+def level() -> str:
+    return "full" if landlock_abi() >= 1 else "partial"
+
+
+def _handled(abi: int) -> int:
+    rights = READ | _WRITE_FILE | _WRITE_TREE
+    if abi >= 2:
+        rights |= _REFER
+    if abi >= 3:
+        rights |= _TRUNCATE
+    return rights
+
+
+class Policy:
+    """What the subject may touch: read-only roots, with some paths carved out, and writable roots."""
+
+    def __init__(self, scratch: Path, hidden: list[Path]):
+        self.scratch = scratch.resolve()
+        self.hidden = [p.resolve() for p in hidden]
+        roots = set(SYSTEM_READ)
+        for entry in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                      *sys.path]:
+            if entry and os.path.isdir(entry):
+                roots.add(os.path.realpath(entry))
+        self.read_roots = sorted(r for r in roots if os.path.exists(r))
+
+    def read_paths(self) -> list[str]:
+        """The read roots, each expanded around the hidden paths it contains."""
+        out: list[str] = []
+        for root in self.read_roots:
+            out += self._expand(Path(root))
+        return sorted(set(out))
+
+    def _expand(self, path: Path) -> list[str]:
+        if any(path == h for h in self.hidden):
+            return []
+        if not any(_inside(h, path) for h in self.hidden):
+            return [str(path)]
+        # A hidden path lies below: allow the siblings on the way down, never the hidden one.
+        try:
+            children = list(path.iterdir())
+        except OSError:
+            return []
+        out = []
+        for child in children:
+            if child.is_symlink():
+                continue  # a link could lead back into a hidden folder
+            out += self._expand(child)
+        return out
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child != parent and parent in child.parents
+
+
+def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]]) -> None:
+    read_paths, write_paths, device_paths = policy_paths
+    libc = _libc()
+    create, add, restrict = _SYSCALLS[platform.machine()]
+    abi = int(libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+    if abi < 1:
+        return
+    attr = _RulesetAttr(_handled(abi), 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 8
+    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    handled = _handled(abi)
+
+    def allow(path: str, rights: int) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not os.path.isdir(path):
+                rights &= _FILE_RIGHTS
+            rule = _PathBeneath(rights & handled, fd)
+            libc.syscall(add, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
+        finally:
+            os.close(fd)
+
+    for path in read_paths:
+        allow(path, READ)
+    for path in device_paths:
+        allow(path, READ | _WRITE_FILE | (_WRITE_TREE if path == "/dev/shm" else 0))
+    for path in write_paths:
+        allow(path, handled)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs failed")
+    if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    os.close(ruleset)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities() -> None:
+    """Give up every capability; with no_new_privs, exec cannot bring them back even for uid 0."""
+    libc = _libc()
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    libc.capset(ctypes.byref(header), ctypes.byref(data))
+
+
+def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str], list[str]] | None,
+            group: "MemoryGroup | None" = None):
+    """The function subprocess runs in the child before exec (computed paths are passed in)."""
+
+    def apply() -> None:
+        os.setsid()
+        if group is not None:
+            group.join()
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        mem = memory_mb * 1024 * 1024
+        if memory_mb:
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if paths is not None:
+            _apply_landlock(paths)
+        _drop_capabilities()
+
+    return apply
+
+
+def policy_paths(policy: Policy) -> tuple[list[str], list[str], list[str]]:
+    devices = list(DEVICES) + [str(p) for p in Path("/dev").glob("nvidia*")] + ["/dev/dri"]
+    return policy.read_paths(), [str(policy.scratch)], [d for d in devices if os.path.exists(d)]
+
+
+# --- the end of the tree ---------------------------------------------------------------------
+
+
+def become_subreaper() -> None:
+    """Orphans of our descendants (setsid or not) are re-parented to this process, not to init."""
+    if sys.platform == "linux":
+        _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def end_tree(root: int = 0) -> None:
+    """Kill every descendant of `root` (default: this process) and reap what is ours to reap."""
+    root = root or os.getpid()
+    for _ in range(50):
+        pids = descendants(root)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap()
+        time.sleep(0.01)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of `root` and all its descendants together."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for pid in [root, *descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def status_bytes(pid: int, field: str) -> int:
+    """A memory figure of /proc/<pid>/status (VmRSS, VmHWM), in bytes; 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class MemoryGroup:
+    """A memory cgroup for the subject's whole tree: a cap on all of it and its true peak.
+
+    Made where this process may create one (root, cgroup v1 or v2 with the memory
+    controller); elsewhere `create` returns None and the caller watches /proc instead.
+    """
+
+    LAYOUTS = (("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.usage_in_bytes"),
+               ("/sys/fs/cgroup", "memory.max", "memory.peak", "memory.current"))
+
+    def __init__(self, path: Path, limit_file: str, peak_file: str, usage_file: str):
+        self.path, self.peak_file, self.usage_file = path, peak_file, usage_file
+        self.limit_file = limit_file
+
+    @classmethod
+    def create(cls, name: str, limit_bytes: int) -> "MemoryGroup | None":
+        for root, limit_file, peak_file, usage_file in cls.LAYOUTS:
+            base = Path(root)
+            if not (base / peak_file).exists() and not (base / "cgroup.procs").exists():
+                continue
+            path = base / name
+            try:
+                path.mkdir()
+                (path / limit_file).write_text(str(limit_bytes))
+                if not (path / peak_file).exists():
+                    raise OSError("no peak counter")
+            except OSError:
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+                continue
+            return cls(path, limit_file, peak_file, usage_file)
+        return None
+
+    def join(self) -> None:
+        """Called in the child before exec: move this process into the group."""
+        with open(self.path / "cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+
+    def read(self, which: str) -> int:
+        try:
+            return int((self.path / (self.peak_file if which == "peak" else self.usage_file)).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def remove(self) -> None:
+        for _ in range(100):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)  # the killed processes are still leaving

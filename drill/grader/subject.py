@@ -1,0 +1,179 @@
+"""The untrusted side of grading: import the user's file and call its functions on request.
+
+Runs as a script from the scratch folder (a copy of this file and of protocol.py sit
+beside the copy of the user's file), inside the sandbox drill.grader.sandbox set up.
+It never imports pytest, the hidden checks or anything that decides a verdict: it only
+answers calls. Whatever it says is treated as the user's own words by the trusted side.
+
+usage: python subject.py USER_FILE FUNCTIONS REQUEST_FD RESPONSE_FD
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+import warnings
+
+
+def main(argv: list[str]) -> None:
+    user_file, functions, request_fd, response_fd = argv
+    # The scratch folder is first on sys.path (the script's folder): the user's file can
+    # import nothing of drill's from there, and a scratch random.py would shadow the
+    # standard library for numpy, so keep it last.
+    here = sys.path.pop(0)
+    sys.path.append(here)
+
+    import numpy as np
+
+    import protocol
+
+    requests = os.fdopen(int(request_fd), "rb", buffering=0)
+    responses = os.fdopen(int(response_fd), "wb")
+    protocol.send(responses, {"event": "hello"})
+    header, _ = protocol.receive(requests, limit=0)
+    if header.get("op") != "load":
+        return
+
+    module, problem = _load(user_file, [f for f in functions.split(",") if f])
+    if problem:
+        protocol.send(responses, {"event": "load_error", "message": problem})
+        return
+    protocol.send(responses, {"event": "loaded"})
+
+    while True:
+        try:
+            header, payload = protocol.receive(requests, limit=1 << 40)
+        except EOFError:
+            return
+        if header.get("op") != "call":
+            return
+        reply, value = _call(np, module, user_file, header, payload)
+        protocol.send(responses, reply, value)
+
+
+def _load(user_file: str, functions: list[str]):
+    spec = importlib.util.spec_from_file_location("submission", user_file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["submission"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - whatever happens at import is reported, not raised
+        return None, _load_error_message(exc, user_file)
+    missing = [name for name in functions if not callable(getattr(module, name, None))]
+    if missing:
+        return None, (f"missing function{'s' if len(missing) > 1 else ''}: " + ", ".join(missing)
+                      + " (keep the names and signatures of the stub)")
+    return module, ""
+
+
+def _load_error_message(exc: BaseException, user_file: str) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"syntax error in your file, line {exc.lineno}: {exc.msg}"
+    if isinstance(exc, ModuleNotFoundError):
+        return f"module-not-found:{exc.name}"  # worded by the trusted side, which knows the install advice
+    if isinstance(exc, SystemExit):
+        return "your file called sys.exit() while being imported; keep top-level code to definitions"
+    if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG: over the output cap
+        return "too-much-output"
+    line = _user_line(exc, user_file)
+    where = f" at line {line}" if line else ""
+    detail = _first_line(exc)
+    return f"your file raised {type(exc).__name__}{where} while being imported" + (f": {detail}" if detail else "")
+
+
+def _call(np, module, user_file: str, header: dict, payload):
+    args, kwargs = payload["args"], payload["kwargs"]
+    if header.get("torch"):
+        args, kwargs = _to_torch(args, kwargs, header["torch"])
+    fn = getattr(module, str(header.get("function")), None)
+    started = time.perf_counter()
+    try:
+        if not callable(fn):
+            raise AttributeError(f"your file has no function {header.get('function')!r}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with np.errstate(divide="warn", over="warn", invalid="warn", under="ignore"):
+                before = np.geterr()
+                result = fn(*args, **kwargs)
+                after = np.geterr()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, pytest outcomes, KeyboardInterrupt: all failures
+        return {"ok": False, "error": _describe(exc, user_file)}, None
+    seconds = time.perf_counter() - started
+    reply = {
+        "ok": True,
+        "seconds": seconds,
+        "warnings": [[w.category.__name__, str(w.message)] for w in caught][:20],
+        "geterr": None if after == before else str(after),
+    }
+    value = {"result": _from_torch(result)}
+    if header.get("return_args"):
+        value["args"] = [_from_torch(a) for a in args]
+    return reply, value
+
+
+def _describe(exc: BaseException, user_file: str) -> dict:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == user_file]
+    shown = "".join(traceback.format_list(frames)).replace(user_file, "your file")
+    return {
+        "type": type(exc).__name__,
+        "module": type(exc).__module__,
+        "message": _first_line(exc),
+        "line": frames[-1].lineno if frames else None,
+        "traceback": shown[-4000:],
+        "exit_code": repr(exc.code) if isinstance(exc, SystemExit) else None,
+        "errno": getattr(exc, "errno", None) if isinstance(exc, OSError) else None,
+    }
+
+
+def _first_line(exc: BaseException) -> str:
+    try:
+        text = str(exc).strip()
+    except BaseException:  # noqa: BLE001 - a user exception whose __str__ raises
+        return ""
+    return text.splitlines()[0][:500] if text else ""
+
+
+def _user_line(exc: BaseException, user_file: str):
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == user_file:
+            line = frame.lineno
+    return line
+
+
+# --- torch exercises: arrays become tensors on the way in, tensors arrays on the way out ---
+
+
+def _to_torch(args, kwargs, spec: dict):
+    import torch
+
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    device = spec.get("device", "cpu")
+
+    def convert(value):
+        if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+            return torch.from_numpy(value).to(device=device, dtype=dtype)
+        return value
+
+    return [convert(a) for a in args], {k: convert(v) for k, v in kwargs.items()}
+
+
+def _from_torch(value):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.dtype in (torch.float16, torch.bfloat16):
+            value = value.float()  # exact: every half and bf16 value is a float32 value
+        return value.cpu().numpy()
+    if isinstance(value, tuple):
+        return tuple(_from_torch(v) for v in value)
+    if isinstance(value, list):
+        return [_from_torch(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
