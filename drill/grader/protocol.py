@@ -34,7 +34,9 @@ class Unsupported:
         return f"<{self.type_name} object>"
 
 
-def _encode(value, arrays: list):
+def _encode(value, arrays: list, depth: int = 0):
+    if depth > 64:
+        return {"unsupported": "structure nested more than 64 deep"}
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -50,15 +52,17 @@ def _encode(value, arrays: list):
         arrays.append(value)
         return {"array": len(arrays) - 1}
     if isinstance(value, np.generic):
-        return _encode(value.item(), arrays) if not isinstance(value, np.void) else {"unsupported": "numpy.void"}
+        return _encode(value.item(), arrays, depth + 1) if not isinstance(value, np.void) else {"unsupported": "numpy.void"}
+    # The base classes' own iteration: a subclass's __iter__ or items() play no part.
     if isinstance(value, tuple):
-        return {"tuple": [_encode(v, arrays) for v in value]}
+        return {"tuple": [_encode(v, arrays, depth + 1) for v in tuple.__iter__(value)]}
     if isinstance(value, list):
-        return {"list": [_encode(v, arrays) for v in value]}
+        return {"list": [_encode(v, arrays, depth + 1) for v in list.__iter__(value)]}
     if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
+        items = list(dict.items(value))
+        if not all(isinstance(k, str) for k, _ in items):
             return {"unsupported": "dict with keys that are not strings"}
-        return {"dict": [[k, _encode(v, arrays)] for k, v in value.items()]}
+        return {"dict": [[str.__str__(k), _encode(v, arrays, depth + 1)] for k, v in items]}
     return {"unsupported": type(value).__name__}
 
 

@@ -1,0 +1,106 @@
+"""The red team: submissions written to fake a pass are graded fail or error, and leave no trace.
+
+See tests/redteam/README.md for the attack files and their placeholders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from drill import catalog, paths
+from drill.grader.runner import grade
+from drill.store import Store
+
+REDTEAM = Path(__file__).parent / "redteam"
+GENERIC = sorted((REDTEAM / "generic").glob("*.py"))
+SPECIFIC = sorted((REDTEAM / "specific").glob("*/*.py"))
+NUMPY_EXERCISES = [ex for ex in catalog.all_exercises() if ex.needs == "cpu"]
+MARKER = "drill-escapee"
+QUICK_TIMEOUT = 20.0  # attacks that hang are stopped sooner than a learner's file would be
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _survivors() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == MARKER:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _attack(template: Path, ex: catalog.Exercise, workspace: Path) -> Path:
+    text = template.read_text(encoding="utf-8")
+    fill = {"{{ID}}": ex.id, "{{FUNCTIONS}}": repr(list(ex.functions)), "{{DB}}": str(paths.database()),
+            "{{CHECKS}}": str(ex.checks_path), "{{SOLUTION}}": str(ex.solution_path),
+            "{{WORKSPACE}}": str(workspace), "{{MARKER}}": MARKER}
+    for key, value in fill.items():
+        text = text.replace(key, value)
+    target = workspace / ex.file
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sentinel = workspace / "notes.txt"
+    sentinel.write_text("the learner's own notes")
+    with Store() as store:  # a progress database with one real attempt in it
+        store.record_attempt(ex.key, "fail", "earlier.py", 1.0, {"status": "fail"})
+    database = paths.database()
+    before_db, before_checks = _digest(database), _digest(ex.checks_path)
+    cache = ex.checks_path.parent / "__pycache__"
+    cached_before = set(os.listdir(cache)) if cache.exists() else set()
+
+    result = grade(ex, _attack(template, ex, workspace), timeout=QUICK_TIMEOUT)
+
+    assert result.status in ("fail", "error"), f"{template.name} as {ex.id} passed: {result.message}"
+    assert not _survivors(), f"{template.name}: a process of the submission outlived grading"
+    assert _digest(database) == before_db, f"{template.name} changed the progress database"
+    with sqlite3.connect(database) as conn:
+        assert conn.execute("SELECT status FROM attempts").fetchall() == [("fail",)]
+    assert _digest(ex.checks_path) == before_checks, f"{template.name} changed the hidden checks"
+    assert (set(os.listdir(cache)) if cache.exists() else set()) == cached_before, \
+        f"{template.name} planted a file beside the hidden checks"
+    assert sentinel.read_text() == "the learner's own notes", f"{template.name} touched the workspace"
+    return result
+
+
+@pytest.mark.parametrize("ex", NUMPY_EXERCISES, ids=lambda ex: ex.id)
+@pytest.mark.parametrize("template", GENERIC, ids=lambda p: p.stem)
+def test_generic_attack_never_passes(template, ex, tmp_path):
+    _graded_without_trace(template, ex, tmp_path)
+
+
+@pytest.mark.parametrize("template", SPECIFIC, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_specific_attack_never_passes(template, tmp_path):
+    ex = catalog.load_topic("flashattention").get(template.parent.name)
+    result = _graded_without_trace(template, ex, tmp_path)
+    if template.stem.startswith("memory_"):
+        # These are exact: only the memory check may catch them, and it must.
+        failed = [c.name for c in result.checks if c.status == "fail"]
+        assert failed and all(name.startswith("Peak memory") for name in failed), failed
+
+
+def test_report_names_the_sandbox_level(tmp_path):
+    from drill.grader import sandbox
+
+    ex = catalog.load_topic("flashattention").get("online-softmax")
+    target = tmp_path / ex.file
+    target.write_bytes(ex.solution_path.read_bytes())
+    result = grade(ex, target)
+    assert result.status == "pass"
+    assert result.sandbox == sandbox.level()
+    assert result.to_json()["sandbox"] in ("full", "partial")
