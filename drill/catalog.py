@@ -133,11 +133,9 @@ def all_exercises() -> list[Exercise]:
 
 def identify(path: Path) -> Exercise | None:
     """Find the exercise a file belongs to: its header line, else its file name."""
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace").splitlines()[:10]
-    except OSError:
-        head = []
-    for line in head:
+    from drill.userfile import head_lines
+
+    for line in head_lines(path):
         match = HEADER.match(line.strip())
         if match:
             topic, exercise_id = match.groups()

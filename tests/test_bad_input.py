@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -40,7 +41,7 @@ CASES = {
     "raises at import": (HEADER + "raise RuntimeError('boom')\n", 2, "RuntimeError at line 3"),
     "sys.exit at import": (HEADER + "import sys\nsys.exit(0)\n", 2, "sys.exit"),
     "os._exit in a check": (GOOD.read_text().replace('    """Softmax along the last axis, statistics streamed block by block."""',
-                                                     '    import os; os._exit(0)'), 2, "ended early"),
+                                                     '    import os; os._exit(0)'), 1, "ended with exit status 0"),
     "function raises": (GOOD.read_text().replace('    m_new = max(m, float(block.max())) if block.size else m',
                                                  '    m_new = 1 / 0'), 1, "ZeroDivisionError"),
     "wrong return type": (GOOD.read_text().replace('    return p.reshape(x.shape)', '    return p.tolist()'),
@@ -126,3 +127,44 @@ def test_a_scratch_module_beside_the_file_does_not_shadow_the_standard_library(t
     rc, doc = check_json(write(tmp_path, GOOD.read_text()))
     assert rc == 0 and doc["status"] == "pass", doc["message"]
     assert doc["output"] == ""  # pytest's own reporting never reaches the learner's output
+
+
+def test_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "01_online_softmax.py"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    rc, doc = check_json(fifo)
+    assert rc == 2 and "not a regular file" in doc["message"]
+    link = tmp_path / "02_tiling_shapes.py"
+    link.symlink_to("/dev/zero")
+    rc, doc = check_json(link)
+    assert rc == 2 and "not a regular file" in doc["message"]
+    assert time.monotonic() - started < 30
+
+
+def test_a_byte_order_mark_does_not_hide_the_header(tmp_path):
+    path = tmp_path / "my_attempt.py"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.read_bytes())
+    rc, doc = check_json(path)
+    assert rc == 0 and doc["exercise"] == "flashattention/online-softmax", doc["message"]
+
+
+def test_a_file_name_that_is_not_utf8_is_graded_and_recorded(tmp_path):
+    name = os.fsencode(tmp_path) + b"/attempt-\xff.py"
+    with open(name, "wb") as f:
+        f.write(GOOD.read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "drill", "check", name], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    proc = drill("status")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+
+
+def test_escape_sequences_from_user_code_never_reach_the_terminal(tmp_path):
+    body = GOOD.read_text().replace('    """One streaming step: returns (m_new, l_new)."""',
+                                    '    print("\\x1b[2J\\x1b[H"); raise ValueError("\\x1b[32mPASSED\\x1b[0m\\r")')
+    path = write(tmp_path, body)
+    rc, doc = check_json(path)
+    assert rc == 1 and "\x1b" not in json.dumps(doc) and "\\u001b" not in json.dumps(doc)
+    proc = drill("check", str(path))
+    assert proc.returncode == 1 and "\x1b[2J" not in proc.stdout and "\x1b[32mPASSED" not in proc.stdout

@@ -6,6 +6,7 @@ See tests/redteam/README.md for the attack files and their placeholders.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -75,6 +76,7 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path):
     assert (set(os.listdir(cache)) if cache.exists() else set()) == cached_before, \
         f"{template.name} planted a file beside the hidden checks"
     assert sentinel.read_text() == "the learner's own notes", f"{template.name} touched the workspace"
+    assert "\x1b" not in json.dumps(result.to_json()), f"{template.name}: a terminal escape reached the report"
     return result
 
 

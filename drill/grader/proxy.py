@@ -241,7 +241,10 @@ class Subject:
             return ""
         data = os.pread(self.output.fileno(), min(end - start, 64 * 1024), start)
         text = data.decode("utf-8", "replace")
-        return text[:limit] + (f"\n… ({end - start} bytes in all)" if len(text) > limit else "")
+        if len(text) <= limit:
+            return text
+        more = f"\n… ({end - start} bytes in all)"
+        return text[:limit - len(more)] + more
 
     def leading_output(self, limit: int = 2000) -> str:
         """What the user's file printed while being imported."""

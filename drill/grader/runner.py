@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from drill import userfile
 from drill.catalog import Exercise
 from drill.grader.result import CheckResult, GradeResult
 
@@ -80,9 +81,18 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
     started = time.perf_counter()
     nonce = secrets.token_hex(16)
     gpu = exercise.needs == "gpu" and nvidia_driver_present()
-    with tempfile.TemporaryDirectory(prefix="drill-grade-") as tmp:
+    try:
+        source = userfile.read_bytes(user_file)
+    except userfile.UnreadableFile as exc:
+        return GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error", message=str(exc))
+    with tempfile.TemporaryDirectory(prefix="drill-grade-", ignore_cleanup_errors=True) as tmp:
+        # The worker and the subject see only this copy, taken once: the learner's file can
+        # change (or vanish) while it is graded without changing what is graded.
+        copy = Path(tmp) / "submission" / _safe_name(user_file.name)
+        copy.parent.mkdir()
+        copy.write_bytes(source)
         job = {
-            "nonce": nonce, "user_file": str(user_file), "checks_file": str(exercise.checks_path),
+            "nonce": nonce, "user_file": str(copy), "checks_file": str(exercise.checks_path),
             "functions": list(exercise.functions), "deadline": deadline, "memory_mb": exercise.memory_mb,
             # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU.
             "cap_address_space": not gpu, "scratch": tmp, "hidden": hidden_paths(),
@@ -106,6 +116,12 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error)
     result.seconds = round(time.perf_counter() - started, 3)
     return result
+
+
+def _safe_name(name: str) -> str:
+    """The file's name as the subject will see it: ASCII-safe, still ending in .py."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", os.fsdecode(name).encode("ascii", "replace").decode())
+    return cleaned if cleaned.endswith(".py") else cleaned + ".py"
 
 
 def _read_events(proc: subprocess.Popen, limit_s: float) -> tuple[list[dict], bool]:
