@@ -75,8 +75,12 @@ class Subject:
 
     # --- life cycle
 
-    def start(self) -> None:
-        """Start a fresh subject and load the user's file; sets load_error on failure."""
+    def start(self, wait: bool = True) -> None:
+        """Start a fresh subject and load the user's file; sets load_error on failure.
+
+        With wait=False the process starts and `wait_loaded` finishes the job later, so the
+        caller can do its own imports while the subject does its own.
+        """
         self.close()
         self._count += 1
         self.scratch = self.scratch_root / f"subject-{self._count}"
@@ -107,7 +111,11 @@ class Subject:
         os.close(res_w)
         self.requests = os.fdopen(req_w, "wb")
         self.responses = os.fdopen(res_r, "rb", buffering=0)
-        self.deadline = None
+        if wait:
+            self.wait_loaded()
+
+    def wait_loaded(self) -> None:
+        """Finish start(): the handshake, then the user's file is imported."""
         try:
             header, _ = self._receive(time.monotonic() + 60)
             if header.get("event") != "hello":

@@ -42,16 +42,18 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, stop)
     emit(event="start", sandbox=sandbox.level())
-    subject.start()
+    subject.start(wait=False)
+
+    import pytest  # while the subject imports numpy and the user's file
+
+    from drill.grader import submission
+    from drill.grader.recorder import Recorder
+
+    subject.wait_loaded()
     if subject.load_error:
         emit(event="load_error", message=load_error_message(subject.load_error), output=subject.leading_output())
         return finish(emit, subject, job["nonce"], 2)
     emit(event="loaded", output=subject.leading_output())
-
-    import pytest
-
-    from drill.grader import submission
-    from drill.grader.recorder import Recorder
 
     submission.set_loaded(SubmissionProxy(subject), job["user_file"])
     recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]))
