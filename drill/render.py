@@ -43,7 +43,7 @@ def report(result: GradeResult, title: str) -> Panel:
     for note in result.notes:
         parts.append(Text(note, style="muted"))
     return Panel(Group(*parts), title=f"{TITLES[result.status]} {escape(title)}", title_align="left",
-                 subtitle=f"{result.seconds:.1f}s", subtitle_align="right")
+                 subtitle=f"{result.seconds:.1f}s · sandbox: {result.sandbox}", subtitle_align="right")
 
 
 def _diagnosis(message: str, status: str) -> Text:

@@ -52,6 +52,7 @@ class Outcome:
     args: list | None = None  # the arguments as they were after the call (return_args=True)
     peak_bytes: int | None = None  # resident memory above the subject's start (measure_memory=True)
     output: str = ""
+    reads: list | None = None  # [name, first row, past-the-last row, rows] per access (record=...)
 
 
 class Subject:
@@ -85,7 +86,7 @@ class Subject:
         self._count += 1
         self.scratch = self.scratch_root / f"subject-{self._count}"
         self.scratch.mkdir(parents=True)
-        for name in ("subject.py", "protocol.py"):
+        for name in ("subject.py", "protocol.py", "recording.py"):
             shutil.copyfile(HERE / name, self.scratch / name)
         target = self.scratch / self.user_file.name
         target.write_bytes(self.user_file.read_bytes())
@@ -154,7 +155,8 @@ class Subject:
     # --- calls
 
     def call(self, function: str, args: list, kwargs: dict, *, return_args: bool = False,
-             measure_memory: bool = False, torch: dict | None = None, timeout: float | None = None) -> Outcome:
+             measure_memory: bool = False, torch: dict | None = None, record: dict | None = None,
+             timeout: float | None = None) -> Outcome:
         # A measured call gets a fresh subject: its peak then counts everything the user's
         # code holds, including buffers kept from import time, and nothing older.
         if not self.alive or self.load_error or (measure_memory and self.calls):
@@ -164,6 +166,8 @@ class Subject:
         header = {"op": "call", "function": function, "return_args": return_args}
         if torch:
             header["torch"] = torch
+        if record:
+            header["record"] = {str(k): v for k, v in record.items()}
         start_offset = self._output_size()
         self.calls += 1
         self.tree_peak = 0
@@ -190,7 +194,8 @@ class Subject:
             raise error
         value = value if isinstance(value, dict) else {}
         return Outcome(result=value.get("result"), warnings=list(reply.get("warnings") or []),
-                       geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output)
+                       geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output,
+                       reads=reply.get("reads"))
 
     def _receive(self, deadline: float | None):
         """Wait for a message, watching the tree's memory; SubjectGone if the subject dies or lies."""
@@ -281,12 +286,14 @@ class FunctionProxy:
     def __call__(self, *args, **kwargs):
         return self.observe(*args, **kwargs).result
 
-    def observe(self, *args, return_args: bool = False, **kwargs) -> Outcome:
-        """Call, and return the result with what was seen around it (warnings, arguments after)."""
+    def observe(self, *args, return_args: bool = False, record: dict | None = None, **kwargs) -> Outcome:
+        """Call, and return the result with what was seen around it (warnings, arguments after,
+        and with record={position: name} the rows of those arguments the code read)."""
         measuring = _measurements[-1] if _measurements else None
         try:
             outcome = self.subject.call(self.__name__, list(args), kwargs, return_args=return_args,
-                                        measure_memory=measuring is not None, torch=SubmissionProxy.torch)
+                                        measure_memory=measuring is not None, torch=SubmissionProxy.torch,
+                                        record=record)
         except UserCodeError as error:
             SubmissionProxy.outputs.append(getattr(error, "output", ""))
             raise

@@ -1,7 +1,7 @@
 """The untrusted side of grading: import the user's file and call its functions on request.
 
-Runs as a script from the scratch folder (a copy of this file and of protocol.py sit
-beside the copy of the user's file), inside the sandbox drill.grader.sandbox set up.
+Runs as a script from the scratch folder (copies of this file, protocol.py and
+recording.py sit beside the copy of the user's file), inside the sandbox drill.grader.sandbox set up.
 It never imports pytest, the hidden checks or anything that decides a verdict: it only
 answers calls. Whatever it says is treated as the user's own words by the trusted side.
 
@@ -88,6 +88,11 @@ def _call(np, module, user_file: str, header: dict, payload):
     args, kwargs = payload["args"], payload["kwargs"]
     if header.get("torch"):
         args, kwargs = _to_torch(args, kwargs, header["torch"])
+    log = None
+    if header.get("record"):
+        import recording
+
+        args, log = recording.wrap(args, header["record"])
     fn = getattr(module, str(header.get("function")), None)
     started = time.perf_counter()
     try:
@@ -108,6 +113,8 @@ def _call(np, module, user_file: str, header: dict, payload):
         "warnings": [[w.category.__name__, str(w.message)] for w in caught][:20],
         "geterr": None if after == before else str(after),
     }
+    if log is not None:
+        reply["reads"] = [list(entry) for entry in log]
     value = {"result": _from_torch(result)}
     if header.get("return_args"):
         value["args"] = [_from_torch(a) for a in args]

@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from drill.grader.expect import Call, array, fail, show
+from drill import traffic
+from drill.grader.expect import Call, array, fail, note, show
 from drill.grader.proxy import memory_measured
 
 # The full score matrix at the memory-check size, and the most a tiled call may hold.
@@ -231,3 +232,71 @@ SHAPES = {
     "d = 1": [(17, 23, 1, 4, 6)],
     "blocks of one row": [(6, 9, 3, 1, 1)],
 }
+
+
+# --- how the work is done: rows of each input read, from the subject's recording arrays ---
+
+_CONVERTED_HINT = ("slice the arrays you were given (K[j:j + Bc]): after np.asarray, np.array or .astype on a "
+                   "whole input, its reads can no longer be counted")
+
+
+def check_reads_seen(call: Call, reads: dict, truncated: bool) -> None:
+    """Every row of every recorded input must be read through the array itself."""
+    if truncated:
+        fail("your code made more than 200,000 separate reads of its inputs", called=str(call),
+             hint="read blocks of rows (K[j:j + Bc]), not single elements")
+    for name, r in reads.items():
+        if r.covered < r.length:
+            fail(f"only {r.covered} of the {r.length} rows of {name} were read through the array passed in",
+                 called=str(call), got=f"{r.covered} rows of {name} seen", expected=f"all {r.length}",
+                 hint=_CONVERTED_HINT)
+
+
+def check_block_reads(call: Call, reads: dict, limits: dict[str, tuple[int, str]]) -> None:
+    """No access to an input reads more rows than its block size."""
+    for name, (block, label) in limits.items():
+        r = reads[name]
+        if r.largest <= block:
+            continue
+        if r.largest >= r.length and name in ("K", "V"):
+            hint = (f"all of {name} was used at once (Q_block @ K.T, or a whole-array operation on {name}): that "
+                    "is memory-efficient attention, not FlashAttention; stream K and V in blocks of Bc rows and "
+                    "combine them with the online softmax")
+        elif r.largest >= r.length:
+            hint = (f"{name} was used whole (for example {name} * scale or {name}.T up front): slice its blocks "
+                    f"from the array you were given, {name}[i:i + {label}]")
+        else:
+            hint = f"read {name} in blocks of at most {label} = {block} rows"
+        fail(f"{name} was read {r.largest} rows at a time; blocks of at most {label} = {block} were asked for",
+             called=str(call), got=f"largest read of {name}: {r.largest} rows",
+             expected=f"at most {block} rows per read", hint=hint)
+
+
+def check_passes(call: Call, reads: dict, sq: int, sk: int, Br: int, Bc: int, inner: tuple, outer: tuple) -> None:
+    """One pass over K/V per Q block (Q outside), or one pass over Q per K/V block (K/V outside)."""
+    Tr, Tc = traffic.ceil_div(sq, Br), traffic.ceil_div(sk, Bc)
+    q_outside = all(reads[n].rows <= sq for n in outer) and all(reads[n].rows <= Tr * sk for n in inner)
+    kv_outside = all(reads[n].rows <= sk for n in inner) and all(reads[n].rows <= Tc * sq for n in outer)
+    if q_outside or kv_outside:
+        return
+    K = reads["K"]
+    if all(reads[n].rows <= sq for n in outer):
+        hint = (f"you read every K block {K.rows / (Tr * sk):.3g} times per Q block: that is a two-pass softmax "
+                "(a first pass for the max, a second for the sum); keep m and l running so one pass is enough")
+    else:
+        hint = ("loop over Q blocks outside and K/V blocks inside (or the other way round), touching each "
+                "pair of blocks once")
+    fail("the inputs were read more often than one pass of the tiled loop needs", called=str(call),
+         got=", ".join(f"{n} read {reads[n].passes:.3g}×" for n in reads),
+         expected=(f"Q once and K, V at most Tr = {Tr} times each (Q outside), or K, V once and Q at most "
+                   f"Tc = {Tc} times (K/V outside)"), hint=hint)
+
+
+def note_traffic(reads: dict, s: int, d: int, Br: int, causal: bool) -> None:
+    """Report the elements the user's loop moved beside exercise 02's formula for the same shape."""
+    moved = traffic.moved_elements({n: reads[n] for n in ("Q", "K", "V")}, d, written=s * d + s)
+    formula = traffic.flash_elements(s, d, Br)
+    tail = " (causal block skipping reads fewer K/V rows)" if causal and moved < formula else ""
+    note(f"HBM traffic measured on your loop at s = {s}, d = {d}, Br = {Br}: Q read {reads['Q'].passes:.3g}×, "
+         f"K {reads['K'].passes:.3g}×, V {reads['V'].passes:.3g}×; {moved:,} elements moved with O and L "
+         f"written once; exercise 02's formula 2·s·d + 2·Tr·s·d + s gives {formula:,}{tail}")

@@ -160,6 +160,21 @@ def test_softmax_2d(sub, rng):
     close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
 
 
+def test_softmax_rows_keep_their_own_statistics(sub):
+    """Rows at wildly different scales each keep their own running max and sum"""
+    x = np.array([[1e4, 1e4 - 2.0, 1e4 - 1.0, 1e4 - 7.0, 1e4 - 3.0],
+                  [-1e4, -1e4 - 1.0, -1e4 + 2.0, -1e4 - 4.0, -1e4 + 0.5],
+                  [-np.inf, -np.inf, -np.inf, 3.0, -np.inf],
+                  [0.5, -1.0, 2.0, 0.0, 1.5]])
+    call, got = _softmax_call(sub, x, 2)
+    want = reference_softmax(x)
+    hint = ""
+    if bool(np.isnan(got).any()) or not matches(got.sum(axis=1), np.ones(len(x)), atol=1e-6):
+        hint = ("one running max is shared by every row (block.max() without an axis): a row near -1e4 then "
+                "underflows to 0/0 beside a row near +1e4; take the max along the last axis, one m and l per row")
+    close(got, want, call, atol=1e-12, rtol=1e-9, hint=hint, nan_hint=hint)
+
+
 def test_softmax_extreme_logits(sub):
     """Logits of 1e4 and -1e4 give a finite, exact softmax"""
     for x in (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0])):

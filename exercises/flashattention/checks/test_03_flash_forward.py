@@ -7,16 +7,21 @@ import math
 import numpy as np
 import pytest
 
+from drill import traffic
 from drill.grader.expect import Call, close, fail, matches, max_error
 
 from ._attention_reference import (
     MEMORY_SIZE,
     SHAPES,
     attention,
+    check_block_reads,
+    check_passes,
     check_peak,
+    check_reads_seen,
     default_scale,
     first_wrong_block,
     masked_attention,
+    note_traffic,
     pair,
     peak_bytes,
     observed_call,
@@ -314,3 +319,42 @@ def test_inputs_untouched(sub, rng):
             fail(f"flash_attention_forward changed its input {name} in place",
                  called="flash_attention_forward(Q, K, V, Br=8, Bc=8, causal=True)",
                  hint="scale a copy (Q * scale), not Q itself (Q *= scale)")
+
+
+STREAM_CASES = {"s = 64": (64, 64, 8, 16, 16, False), "causal": (64, 64, 8, 16, 16, True),
+                "ragged, sq != sk": (37, 53, 4, 8, 16, False)}
+
+
+@pytest.mark.parametrize("case", list(STREAM_CASES))
+def test_streams_kv_blocks(sub, rng, case):
+    """K and V stream through in blocks of Bc rows, one pass per Q block"""
+    sq, sk, d, Br, Bc, causal = STREAM_CASES[case]
+    Q, K, V = _inputs(rng, sq, sk, d)
+    kw = dict(Br=Br, Bc=Bc, causal=causal)
+    call = Call("flash_attention_forward", _describe(Q, K, kw))
+    outcome = observed_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(),
+                            record={0: "Q", 1: "K", 2: "V"}, **kw)
+    O, L = pair(outcome.result, call, "O, L", ((sq, d), (sq,)))
+    O_ref, _ = attention(Q, K, V, causal, None)
+    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake")
+    reads, truncated = traffic.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk})
+    check_reads_seen(call, reads, truncated)
+    check_block_reads(call, reads, {"K": (Bc, "Bc"), "V": (Bc, "Bc"), "Q": (Br, "Br")})
+    check_passes(call, reads, sq, sk, Br, Bc, inner=("K", "V"), outer=("Q",))
+    if sq == sk and not causal:
+        note_traffic(reads, sq, d, Br, causal)
+
+
+def test_rows_keep_their_own_statistics(sub, rng):
+    """Query rows at wildly different scales keep their own running max"""
+    sq, sk, d = 6, 40, 4
+    Q, K, V = _inputs(rng, sq, sk, d)
+    K[:, 0] = 1.0  # every key has 1 in column 0, so Q[i, 0] shifts row i's scores as a whole
+    Q[:, 0] = np.array([1e4, -1e4, 0.0, 5e3, -5e3, 1.0]) * math.sqrt(d)
+    kw = dict(Br=8, Bc=8)
+    call, O, L = call_forward(sub, Q, K, V, **kw)
+    O_ref, L_ref = attention(Q, K, V, False, None)
+    hint = ("one running max is shared by the whole Q block (S.max() without axis=1): a row near -1e4 "
+            "underflows beside a row near +1e4; keep m and l per row")
+    close(O, O_ref, call, atol=1e-9, rtol=1e-9, what="O", hint=hint, nan_hint=hint)
+    close(L, L_ref, call, atol=1e-9, rtol=1e-12, what="L", hint=hint, nan_hint=hint)

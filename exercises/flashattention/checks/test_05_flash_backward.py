@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from drill import traffic
 from drill.grader.expect import Call, array, close, fail, matches, max_error, show
 
 from ._attention_reference import (
@@ -14,7 +15,10 @@ from ._attention_reference import (
     SHAPES,
     attention,
     attention_backward,
+    check_block_reads,
+    check_passes,
     check_peak,
+    check_reads_seen,
     default_scale,
     first_wrong_block,
     peak_bytes,
@@ -297,3 +301,27 @@ def test_inputs_untouched(sub, rng):
         if not matches(now, then, atol=0.0):
             fail(f"flash_attention_backward changed its input {name} in place", called=str(p.call()),
                  hint="work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the caller's L)")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
+def test_recomputes_in_blocks(sub, rng, causal):
+    """Score blocks are recomputed from Q and K in blocks, D from dO and O once"""
+    sq, sk, d, Br, Bc = 48, 40, 8, 16, 8
+    p = Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=causal)
+    call = p.call()
+    outcome = observed_call(sub.flash_attention_backward, call, *[a.copy() for a in p.args], _hints=WARNING_HINTS,
+                            record={0: "Q", 1: "K", 2: "V", 3: "O", 5: "dO"}, **p.kw)
+    result = outcome.result
+    if not isinstance(result, tuple) or len(result) != 3:
+        fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
+    for got, want, name, shape in zip(result, p.reference(), NAMES, (p.Q.shape, p.K.shape, p.V.shape)):
+        close(array(got, call, shape=shape, what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
+              hint="the other checks name the mistake")
+    reads, truncated = traffic.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk, "O": sq, "dO": sq})
+    check_reads_seen(call, reads, truncated)
+    check_block_reads(call, reads, {"K": (Bc, "Bc"), "V": (Bc, "Bc"), "Q": (Br, "Br")})
+    if reads["O"].rows > sq:
+        fail(f"O was read {reads['O'].passes:.3g} times; it is needed once, for D = rowsum(dO ∘ O)",
+             called=str(call), got=f"O read {reads['O'].passes:.3g}×", expected="O read once",
+             hint="compute D for every row once, before the loops, and slice D[i:i + Br] inside them")
+    check_passes(call, reads, sq, sk, Br, Bc, inner=("K", "V"), outer=("Q",))

@@ -1,0 +1,115 @@
+"""Arrays that remember which rows were read: how the subject watches the user's loops.
+
+Runs in the subject (a copy sits beside subject.py; numpy only). A RecordingArray is an
+ndarray, so slicing, `@` and numpy functions work as usual; every access is logged as a
+range of rows (axis 0):
+  * `K[j:j + Bc]`, `K[j]`, `K[i:i + Br, :]`: the rows indexed;
+  * anything that uses the whole array (`K.T`, `K * c`, `np.max(K)`, `K.copy()`, iterating):
+    every row.
+`np.asarray(K)` returns a plain view without telling anyone; the trusted side notices
+because the rows it then reads are never logged (every row of Q, K and V must be read).
+What is logged here informs the learner; it can fail a check, never pass one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LOG_LIMIT = 200_000
+_NO_DATA = {np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.shape, np.ndim, np.size,
+            np.result_type}
+
+
+class RecordingArray(np.ndarray):
+    def __array_finalize__(self, parent):
+        # A new array made from a recording one by C code (copy, T, reshape, iteration):
+        # the parent was read whole; the new array records nothing itself.
+        log = getattr(parent, "_log", None)
+        if log is not None:
+            _whole(parent)
+        self._log = None
+        self._name = ""
+
+    def __getitem__(self, key):
+        plain = self.view(np.ndarray)
+        if self._log is not None:
+            _rows(self, key)
+        return plain[key]
+
+    def __setitem__(self, key, value):
+        self.view(np.ndarray)[key] = value  # writes into the caller's copy: not traffic we count
+
+    def __iter__(self):
+        _whole(self)
+        return iter(self.view(np.ndarray))
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(_plain(x) for x in inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(_plain(x) for x in kwargs["out"])
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        reads = func not in _NO_DATA
+        args = tuple(_plain(a, reads) for a in args)
+        kwargs = {k: _plain(v, reads) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+def _plain(value, reads: bool = True):
+    """The plain ndarray behind a recording one (logging a whole read); lists and tuples too."""
+    if isinstance(value, RecordingArray):
+        if reads and value._log is not None:
+            _whole(value)
+        return value.view(np.ndarray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v, reads) for v in value)
+    return value
+
+
+def _record(array: RecordingArray, start: int, stop: int, rows: int) -> None:
+    log = array._log
+    if len(log) < LOG_LIMIT:
+        log.append((array._name, int(start), int(stop), int(rows)))
+    elif len(log) == LOG_LIMIT:
+        log.append(("", 0, 0, -1))  # marks a log cut short
+
+
+def _whole(array: RecordingArray) -> None:
+    n = array.shape[0] if array.ndim else 1
+    _record(array, 0, n, n)
+
+
+def _rows(array: RecordingArray, key) -> None:
+    first = key[0] if isinstance(key, tuple) and key else key
+    n = array.shape[0] if array.ndim else 1
+    if isinstance(first, (int, np.integer)):
+        row = int(first) % n if n else 0
+        _record(array, row, row + 1, 1)
+    elif isinstance(first, slice):
+        start, stop, step = first.indices(n)
+        count = len(range(start, stop, step))
+        if count:
+            _record(array, start, stop if step == 1 else start + (count - 1) * step + 1, count)
+    elif first is Ellipsis or first is None:
+        _whole(array)
+    else:
+        index = np.asarray(first)
+        if index.dtype == bool:
+            index = np.flatnonzero(index)
+        if index.size:
+            _record(array, int(index.min()) % n, int(index.max()) % n + 1, int(index.size))
+
+
+def wrap(args: list, names: dict) -> tuple[list, list]:
+    """Make the arguments at the given positions recording; returns (args, the shared log)."""
+    log: list = []
+    wrapped = list(args)
+    for position, name in names.items():
+        i = int(position)
+        if i < len(wrapped) and isinstance(wrapped[i], np.ndarray):
+            rec = wrapped[i].view(RecordingArray)
+            rec._log = log
+            rec._name = str(name)
+            wrapped[i] = rec
+    return wrapped, log
