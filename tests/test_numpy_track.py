@@ -15,6 +15,7 @@ import pytest
 
 from drill.catalog import load_topic
 from drill.exercises.flashattention.checks import _attention_reference as ref
+from drill.grader.proxy import FunctionProxy, Subject, memory_measured
 from drill.grader.runner import grade
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,26 +99,53 @@ def test_reference_backward_matches_torch_autograd(causal):
             np.testing.assert_allclose(mine, theirs.grad.numpy(), atol=1e-11)
 
 
+def _subject(path: Path, tmp_path: Path, functions: list[str]) -> Subject:
+    """A sandboxed subject with `path` loaded, as the grader makes one."""
+    subject = Subject(path, functions, scratch_root=tmp_path, hidden=[], memory_mb=2048)
+    subject.start()
+    assert not subject.load_error, subject.load_error
+    return subject
+
+
+def _peak(subject: Subject, function: str, *args, **kwargs):
+    with memory_measured() as measured:
+        result = FunctionProxy(subject, function)(*args, **kwargs)
+    return measured.peak, result
+
+
 @pytest.mark.parametrize("blocks", [(128, 128), (128, 32), (32, 128)], ids=lambda b: f"Br={b[0]},Bc={b[1]}")
-def test_tiled_solutions_stay_far_below_the_memory_limit(blocks):
+def test_tiled_solutions_stay_far_below_the_memory_limit(blocks, tmp_path):
     """Correct tiled code passes the memory checks with at least a 2x margin for blocks up to 128."""
     Br, Bc = blocks
     n, d = ref.MEMORY_SIZE, 16
     rng = np.random.default_rng(4)
     Q, K, V, dO = (rng.normal(size=(n, d)) for _ in range(4))
-    forward = _load(SOLUTIONS / TRACK["flash-forward"]).flash_attention_forward
-    backward = _load(SOLUTIONS / TRACK["flash-backward"]).flash_attention_backward
-    fa1 = _load(EXTRA / "fa1_order_forward.py").flash_attention_forward
-    peak_f, (O, L) = ref.peak_bytes(forward, Q, K, V, Br=Br, Bc=Bc, causal=True)
-    peak_fa1, _ = ref.peak_bytes(fa1, Q, K, V, Br=Br, Bc=Bc, causal=True)
-    peak_b, _ = ref.peak_bytes(backward, Q, K, V, O, L, dO, Br=Br, Bc=Bc, causal=True)
+    forward = _subject(SOLUTIONS / TRACK["flash-forward"], tmp_path / "f", ["flash_attention_forward"])
+    backward = _subject(SOLUTIONS / TRACK["flash-backward"], tmp_path / "b", ["flash_attention_backward"])
+    fa1 = _subject(EXTRA / "fa1_order_forward.py", tmp_path / "a", ["flash_attention_forward"])
+    try:
+        peak_f, (O, L) = _peak(forward, "flash_attention_forward", Q, K, V, Br=Br, Bc=Bc, causal=True)
+        peak_fa1, _ = _peak(fa1, "flash_attention_forward", Q, K, V, Br=Br, Bc=Bc, causal=True)
+        peak_b, _ = _peak(backward, "flash_attention_backward", Q, K, V, O, L, dO, Br=Br, Bc=Bc, causal=True)
+    finally:
+        for subject in (forward, backward, fa1):
+            subject.close()
     for name, peak in (("forward", peak_f), ("FA1-order forward", peak_fa1), ("backward", peak_b)):
         assert peak < ref.PEAK_LIMIT_BYTES / 2, f"{name} peaked at {peak / 2**20:.2f} MiB"
 
 
-def test_peak_limit_rejects_one_score_matrix():
+def test_peak_limit_rejects_one_score_matrix(tmp_path):
+    """Measured from outside the process: one float64 score matrix, or a boolean mask, is over the limit."""
     n = ref.MEMORY_SIZE
-    peak, _ = ref.peak_bytes(lambda: np.zeros((n, n)).sum())
+    module = tmp_path / "full.py"
+    module.write_text("import numpy as np\n\n"
+                      "def scores(n):\n    return float(np.ones((n, n)).sum())\n\n"
+                      "def mask(n):\n    return int((np.arange(n)[None, :] <= np.arange(n)[:, None]).sum())\n")
+    subject = _subject(module, tmp_path / "s", ["scores", "mask"])
+    try:
+        peak, _ = _peak(subject, "scores", n)
+        bool_peak, _ = _peak(subject, "mask", n)
+    finally:
+        subject.close()
     assert peak >= ref.FULL_SCORES_BYTES > ref.PEAK_LIMIT_BYTES
-    bool_peak, _ = ref.peak_bytes(lambda: (np.arange(n)[None, :] <= np.arange(n)[:, None]).sum())
     assert bool_peak >= ref.PEAK_LIMIT_BYTES
