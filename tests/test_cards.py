@@ -168,7 +168,7 @@ def test_mathtext_renders_the_usual_suspects():
 
 
 def test_unknown_keys_and_bad_versions_are_rejected():
-    good = 'format = 1\n[[card]]\nid = "a"\ntags = ["t"]\nkind = "recall"\nq_en = "q"\nq_zh = "问"\na_en = "a"\na_zh = "答"\n'
+    good = 'format = 1\n[[card]]\nid = "a"\ntags = ["t"]\nkind = "recall"\nq_en = "q"\nq_zh = "问"\na_en = "a"\na_zh = "答"\nsource = "FlashAttention §3.1"\n'
     assert cards.parse_deck(good, "x").cards[0].id == "a"
     with pytest.raises(cards.DeckError, match="unknown keys"):
         cards.parse_deck(good + 'colour = "red"\n', "x")
@@ -180,6 +180,20 @@ def test_unknown_keys_and_bad_versions_are_rejected():
         cards.parse_deck(good + "answer = 3\n", "x")
     with pytest.raises(cards.DeckError, match="duplicate"):
         cards.parse_deck(good + good.split("\n", 1)[1], "x")
+    with pytest.raises(cards.DeckError, match="source"):
+        cards.parse_deck(good.replace('source = "FlashAttention §3.1"\n', ""), "x")
+    with pytest.raises(cards.DeckError, match="source"):
+        cards.parse_deck(good.replace('"FlashAttention §3.1"', '"  "'), "x")
+
+
+def test_every_card_names_its_source(deck):
+    # A paper with a section, figure, equation, algorithm or table; or a measurement here.
+    where = ("§", "Fig.", "Algorithm", "Theorem", "Proposition", "Appendix", "Eq.", "Table",
+             "measured:", "source", "docs", "datasheet", "Guide", "README", "tests/", ".py", "worked by hand",
+             "identity", "change of base")
+    for card in deck.cards:
+        assert card.source, card.id
+        assert any(word in card.source for word in where), (card.id, card.source)
 
 
 def test_catalog_card_lists_match_the_deck(deck):
