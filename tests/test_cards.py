@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -47,6 +48,30 @@ def _bottom_right_visible(i, sq, sk):
 
 
 H100_M = 228 * 1024 // 2  # 228 KB of SRAM holding 2-byte elements
+H100_SMS = 132  # H100 SXM
+
+
+def _kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes):
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def _logsumexp(values):
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _window_blocks(first_row, block, window):
+    """Key blocks a causal sliding-window query block touches: keys i - window < j <= i."""
+    rows = range(first_row, first_row + block)
+    keys = {j for i in rows for j in range(max(0, i - window + 1), i + 1)}
+    return len({j // block for j in keys})
+
+
+def _flash_intensity(s, d, br, dtype_bytes):
+    """FLOPs per HBM byte of a FlashAttention-2 forward if every K/V re-read went to HBM."""
+    from drill import iocount
+
+    return iocount.flops(s, d) / (iocount.flash_elements(s, d, br) * dtype_bytes)
 
 # Every number that follows from a formula, recomputed here rather than trusted.
 DERIVED = {
@@ -67,6 +92,21 @@ DERIVED = {
     "attention-flops-formula": 4 * 1 * 32 * 4096**2 * 128 / 1e9,
     "attention-tflops-rate": 4 * 1 * 32 * 4096**2 * 128 / 0.5e-3 / 1e12,
     "h200-sdpa-fraction": 624 / 794 * 100,
+    # Hopper, decoding, serving
+    "fa3-exp-bottleneck": 989 / (3.9 * 4 * 128) * 100,
+    "fa3-utilisation": 740 / 989 * 100,
+    "decode-kv-cache-size": _kv_bytes_per_token(80, 8, 128, 2) / 1024,
+    "decode-kv-read-time": _kv_bytes_per_token(80, 8, 128, 2) * 32768 / 4.8e12 * 1e3,
+    "decode-one-row-parallelism": 1 * 32 * 1 / H100_SMS * 100,
+    "flashdecoding-merge": _logsumexp([1.0, 2.0, 3.0]),
+    "paged-page-lookup": 100 // 16,
+    "paged-last-page-waste": math.ceil(1000 / 16) * 16 - 1000,
+    "gqa-head-mapping": 13 // (32 // 8),
+    "gqa-kv-cache-saving": 64 / 8,
+    "varlen-padding-waste": (3 * 5 - (3 + 5 + 2)) / (3 * 5) * 100,
+    "sliding-window-blocks": _window_blocks(5120, 128, 1024),
+    "fused-intensity-no-l2": _flash_intensity(16384, 128, 128, 2),
+    "ring-min-block-size": 312e12 / 300e9,
 }
 # Figures quoted from the papers or spec sheets (nothing to derive).
 QUOTED = {"fig2-gflops-after": 75.2, "sram-per-sm": 228}
@@ -106,6 +146,10 @@ def test_worked_numbers_quoted_in_answers(deck):
     for card_id, text in quoted.items():
         assert text in deck.get(card_id).a_en, (card_id, text)
     assert "16,777,216" in mathtext.render(deck.get("score-matrix-size").a_en)
+    assert "327,680" in mathtext.render(deck.get("decode-kv-cache-size").a_en)
+    assert f"{DERIVED['flashdecoding-merge']:.4f}" in deck.get("flashdecoding-merge").a_en
+    assert "[0, 3, 8, 10]" in deck.get("varlen-cu-seqlens").a_en
+    assert list(itertools.accumulate([3, 5, 2], initial=0)) == [0, 3, 8, 10]
     assert f"{4096**2:,}" == "16,777,216"
 
 
@@ -190,7 +234,7 @@ def test_every_card_names_its_source(deck):
     # A paper with a section, figure, equation, algorithm or table; or a measurement here.
     where = ("§", "Fig.", "Algorithm", "Theorem", "Proposition", "Appendix", "Eq.", "Table",
              "measured:", "source", "docs", "datasheet", "Guide", "README", "tests/", ".py", "worked by hand",
-             "identity", "change of base")
+             "identity", "change of base", "abstract", "arithmetic", "repository")
     for card in deck.cards:
         assert card.source, card.id
         assert any(word in card.source for word in where), (card.id, card.source)
