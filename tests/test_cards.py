@@ -234,7 +234,7 @@ def test_every_card_names_its_source(deck):
     # A paper with a section, figure, equation, algorithm or table; or a measurement here.
     where = ("§", "Fig.", "Algorithm", "Theorem", "Proposition", "Appendix", "Eq.", "Table",
              "measured:", "source", "docs", "datasheet", "Guide", "README", "tests/", ".py", "worked by hand",
-             "identity", "change of base", "abstract", "arithmetic", "repository")
+             "identity", "change of base", "abstract", "arithmetic", "repository", "blog")
     for card in deck.cards:
         assert card.source, card.id
         assert any(word in card.source for word in where), (card.id, card.source)
