@@ -6,7 +6,7 @@ Three kinds of synonym, matched three ways:
             words ("not exact") cancels them unless the key point itself is a negation
   formulas  ("s^2", "O(s)", "log(e^L1+e^L2)")  as substrings of a normalised formula form
             in which s² = s^2 = s**2, N = s, Θ(·) = O(·), M⁻¹ = /M, exp(x) = e^x, N×N = s x s,
-            s·d = s*d = sd
+            s·d = s*d = sd, log(1+e^x) = log1p(exp(x)) = softplus(x)
   Chinese   ("分块", "重新计算")  as substrings of the whole answer: Chinese has no word
             boundaries
 An answer must also read as an explanation. A keyword list (few function words such as
@@ -70,6 +70,7 @@ def formula_form(text: str) -> str:
     s = s.replace("**", "^").replace("_", "")
     s = re.sub(r"exp\(([^()]*)\)", r"e^(\1)", s)
     s = re.sub(r"\^\(([^()]*)\)", r"^\1", s)  # e^(l1) = e^l1
+    s = re.sub(r"log(?:1p\(|\(1\+)e\^", "softplus(", s)  # log(1+e^x) = log1p(exp(x)) = softplus(x)
     s = re.sub(r"\^?(?:\(-1\)|-1)(?![\d.])", "⁻", s)  # M⁻¹, M^-1, M^(-1) ...
     s = re.sub(r"([a-z0-9)])⁻", r"/\1", s)  # ... all become /M
     s = s.replace("⁻", "-1")

@@ -50,6 +50,8 @@ def test_formulas_are_normalised():
     assert formula_form("Θ(N²d²M⁻¹)") == formula_form("O(s^2 d^2 / M)") == formula_form("O(s²·d²/M)")
     assert formula_form("log(e^{L1}+e^{L2})") == formula_form("log(exp(L_1) + exp(L_2))")
     assert formula_form("[B_r, d]") == formula_form("[Br, d]")
+    assert (formula_form("L1 + softplus(L2 - L1)") == formula_form("L_1 + log(1 + e^{L_2 - L_1})")
+            == formula_form("L1 + log1p(exp(L2 - L1))"))
 
 
 def test_negation_cancels_a_word_unless_the_point_is_a_negation():
