@@ -82,6 +82,13 @@ class Card:
         assert self.answer is not None
         return abs(value - self.answer) <= self.tolerance * abs(self.answer) + 1e-9
 
+    def reciprocal_of(self, text: str) -> bool:
+        """The user typed 1/answer (a ratio the wrong way round, '1/9' for a 9× factor)."""
+        from drill.numparse import parse
+
+        value = parse(text)
+        return bool(value) and self.answer != 0 and abs(1 / value - self.answer) <= 0.06 * abs(self.answer)
+
     def accepts_text(self, text: str) -> bool:
         """What the user typed is right: within tolerance, or the answer correctly rounded.
 

@@ -241,3 +241,13 @@ def test_source_label_in_chinese():
     result = quiz("--cram", "--tag", "main", "--lang", "zh", "--limit", "1", input="\n\n")
     assert result.exit_code == 0, result.output
     assert "出处: " in result.output
+
+
+def test_a_reciprocal_is_wrong_but_explained():
+    card = DECK.get("fig2-hbm-ratio")
+    assert card.reciprocal_of("1/9") and not card.reciprocal_of("9.16") and not card.reciprocal_of("0")
+    lines = [line for c in tagged("io") for line in (["1/9"] if c.id == card.id else right_answers(c))]
+    result = quiz("--cram", "--tag", "io", "--limit", "40", input="".join(f"{line}\n" for line in lines))
+    assert result.exit_code == 0, result.output
+    block = result.output.split(f"{card.id} ·", 1)[1].split("Source:", 1)[0]
+    assert "Not quite" in block and "reciprocal" in block

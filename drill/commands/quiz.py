@@ -37,6 +37,7 @@ WORDS = {
         "choice": "Your choice (1-{n}; Enter if you don't know)",
         "right": "Right.", "wrong": "Not quite: the answer is {answer}.",
         "invalid": "Didn't catch that; try again.",
+        "reciprocal": "That is the reciprocal: the card asks for the factor (greater than 1).",
         "answer": "Answer", "source": "Source", "next": "next review {when}",
         "summary": "Reviewed {n} card(s), {right} right.",
         "cram": "Cram session: the schedule did not change.",
@@ -52,6 +53,7 @@ WORDS = {
         "choice": "你的选择(1-{n};不会就直接 Enter)",
         "right": "答对了。", "wrong": "不对:答案是 {answer}。",
         "invalid": "没看懂这个输入,请再试一次。",
+        "reciprocal": "这是倒数:题目问的是倍数(大于 1)。",
         "answer": "答案", "source": "出处", "next": "下次复习 {when}",
         "summary": "复习了 {n} 张卡,答对 {right} 张。",
         "cram": "突击复习:没有改动复习计划。",
@@ -169,6 +171,8 @@ class Session:
         right = text != "" and card.accepts_text(text)
         expected = f"{card.answer:g} {card.unit}".strip()
         self._verdict(right, self.words["wrong"].format(answer=expected))
+        if not right and text and card.reciprocal_of(text):
+            console.print(Text(self.words["reciprocal"], style="warn"), soft_wrap=not self.io.tty)
         self._show_answer(card)
         return GOOD if right else AGAIN
 
