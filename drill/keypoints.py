@@ -9,9 +9,10 @@ Three kinds of synonym, matched three ways:
             s·d = s*d = sd, log(1+e^x) = log1p(exp(x)) = softplus(x)
   Chinese   ("分块", "重新计算")  as substrings of the whole answer: Chinese has no word
             boundaries
-An answer must also read as an explanation. A keyword list (few function words such as
-"the, is, so, when" or "的、是、把、时") covers nothing, and a word synonym counts only in a
-clause long enough to say something about it.
+An answer must also read as an explanation. A keyword list covers nothing: one with few
+function words ("the, is, so, when", "的、是、把、时"), or one whose content is almost all
+key-point vocabulary ("running max and running sum and rescale"). A word synonym counts
+only in a clause long enough to say something about it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ ZH_FUNCTION = ("的", "了", "是", "在", "把", "就", "和", "与", "要", "�
 ZH_NEGATIONS = ("不是", "并非", "没有", "不用", "不需要", "不", "没", "非", "无", "未")
 
 MIN_FUNCTION_SHARE = 0.15  # prose runs at 0.3-0.5; a keyword list near 0
+MAX_KEYWORD_SHARE = 0.75  # explanations run at 0.1-0.55 (short Chinese ones near 0.7); lists near 1
+MIN_WORDS_FOR_SHARE = 6
 MIN_CLAUSE_UNITS = 3  # words, counting two Chinese characters as one word
 
 
@@ -116,6 +119,39 @@ def _clause(text: str) -> Clause:
     has_function = any(w in FUNCTION_WORDS for w in words) or any(f in cjk for f in ZH_FUNCTION)
     explained = len(words) + len(cjk) / 2 >= MIN_CLAUSE_UNITS and has_function
     return Clause(tuple(stem_words(text)), explained)
+
+
+def keyword_share(answer: str, synonyms: tuple[str, ...]) -> float:
+    """How much of the answer's content is the key points' own vocabulary.
+
+    English: the share of content words (not function words, not numbers) whose stem
+    occurs in a word synonym. Chinese: the share of Chinese characters inside a Chinese
+    synonym. "running max and running sum and rescale" scores near 1; an explanation
+    brings its own verbs and nouns and stays well below.
+    """
+    function = {_stem(word) for word in FUNCTION_WORDS}
+    vocabulary = {stem for syn in synonyms if kind_of(syn) == "words" for stem in stem_words(syn)} - function
+    content = [w for w in stem_words(answer) if w not in function and not w[0].isdigit()]
+    text = _compact(answer)
+    covered = [False] * len(text)
+    for syn in synonyms:
+        if kind_of(syn) == "zh":
+            target = _compact(syn)
+            start = text.find(target)
+            while start != -1:
+                covered[start:start + len(target)] = [True] * len(target)
+                start = text.find(target, start + 1)
+    grammar = {f for f in ZH_FUNCTION if len(f) == 1}
+    cjk = [i for i, ch in enumerate(text) if _CJK.match(ch) and (covered[i] or ch not in grammar)]
+    hits = sum(1 for w in content if w in vocabulary) + sum(1 for i in cjk if covered[i])
+    units = len(content) + len(cjk) / 2
+    # "I keep a running max." is short, not a list: too few words to judge by share.
+    return hits / (len(content) + len(cjk)) if units >= MIN_WORDS_FOR_SHARE else 0.0
+
+
+def is_keyword_list(answer: str, analysis: Analysis, synonyms: tuple[str, ...]) -> bool:
+    """Terms strung together rather than explained: few function words, or little but key terms."""
+    return bool(answer.strip()) and (not analysis.prose or keyword_share(answer, synonyms) > MAX_KEYWORD_SHARE)
 
 
 def kind_of(synonym: str) -> str:

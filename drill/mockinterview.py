@@ -44,8 +44,10 @@ class Coverage:
 
 def grade(card: Card, answer: str) -> Coverage:
     analysis = keypoints.analyse(answer)
-    covered = tuple(covers(point, analysis) for point in card.keypoints)
-    return Coverage(card.id, covered, keyword_list=bool(answer.strip()) and not analysis.prose)
+    synonyms = tuple(synonym for point in card.keypoints for synonym in point.synonyms)
+    if keypoints.is_keyword_list(answer, analysis, synonyms):
+        return Coverage(card.id, (False,) * len(card.keypoints), keyword_list=True)
+    return Coverage(card.id, tuple(covers(point, analysis) for point in card.keypoints))
 
 
 def main_questions(cards: list[Card] | tuple[Card, ...]) -> list[Card]:

@@ -72,6 +72,11 @@ def test_a_keyword_list_scores_nothing():
     salad = "running max, running sum, rescale, exp(m_old - m_new), exact, overflow"
     coverage = mockinterview.grade(ONLINE, salad)
     assert coverage.count == 0 and coverage.keyword_list
+    for joined in ("It is running max and running sum and rescale and exact and it does not overflow.",
+                   "就是 running max 和 running sum 和校正和分母和精确和溢出。"):
+        coverage = mockinterview.grade(ONLINE, joined)  # connectives alone do not make an explanation
+        assert coverage.count == 0 and coverage.keyword_list, joined
+    assert mockinterview.grade(ONLINE, "I keep a running max.").covered[RUNNING_MAX]  # short, not a list
     prose = ("We keep a running max and a running sum, rescale them by exp(m_old - m_new) when the max "
              "grows, and the result is exact with nothing that can overflow.")
     assert mockinterview.grade(ONLINE, prose).count == len(ONLINE.keypoints)
