@@ -105,7 +105,7 @@ class Analysis:
 
 def analyse(answer: str) -> Analysis:
     clauses = tuple(_clause(part) for part in _CLAUSE.split(answer) if part.strip())
-    words = [w for part in _CLAUSE.split(answer) for w in _WORD.findall(part.casefold())]
+    words = _WORD.findall(unicodedata.normalize("NFKC", answer).casefold())
     cjk = "".join(_CJK.findall(answer))
     function = sum(1 for w in words if w in FUNCTION_WORDS) + sum(cjk.count(f) for f in ZH_FUNCTION)
     units = len(words) + len(cjk) / 2  # about two Chinese characters make a word
