@@ -251,3 +251,28 @@ def test_catalog_card_lists_match_the_deck(deck):
     for card in deck.cards:
         if card.exercise in listed:
             assert card.id in listed[card.exercise], f"{card.id} missing from {card.exercise}'s cards"
+
+
+# Exercises 08-10 (decoding, paging, GQA) link these ids from their catalog entries.
+INFERENCE_CARDS = {
+    "decode-kv-cache-size", "decode-one-row-parallelism", "flashdecoding-split-kv", "flashdecoding-merge",
+    "paged-block-table", "paged-fragmentation", "paged-prefix-sharing", "gqa-head-mapping",
+    "gqa-kv-cache-saving", "gqa-backward-sum", "mqa-vs-gqa", "decode-bandwidth-bound",
+}
+
+
+def test_inference_card_ids_stay_put(deck):
+    assert INFERENCE_CARDS <= {card.id for card in deck.cards}
+
+
+def test_deck_covers_the_2026_canon(deck):
+    # One probe per topic of issue 14's list; a missing one means a card was lost.
+    text = " ".join(mathtext.render(t) for card in deck.cards for t in _all_texts(card))
+    for probe in [
+        "TMA", "WGMMA", "producer", "setmaxnreg", "ping-pong", "Inside one warpgroup", "Block quantisation",
+        "Hadamard", "740", "75 %", "1.5–2.0×", "35 %", "989", "3.9 TFLOP/s", "327,680", "split", "LSE",
+        "block table", "copy-on-write", "under 4 %", "60–80 %", "2–4×", "h ÷ (H/G)", "5 %", "Philox",
+        "cu_seqlens", "window_size", "block-sparse", "registers", "255", "c ≥ F / B", "zigzag", "Striped",
+        "Ulysses", "all-to-all", "dK and dV buffers", "L2", "compute-bound", "624",
+    ]:
+        assert probe in text, probe
