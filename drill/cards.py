@@ -22,10 +22,9 @@ SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _DECK_KEYS = {"format", "card"}
 _CARD_KEYS = {
     "id", "tags", "kind", "q_en", "q_zh", "a_en", "a_zh", "answer", "tolerance", "unit",
-    "choices_en", "choices_zh", "correct", "keypoints", "exercise",
+    "choices_en", "choices_zh", "correct", "keypoints", "exercise", "source",
 }
 _KEYPOINT_KEYS = {"en", "zh", "synonyms_en", "synonyms_zh"}
-_NUMBER = re.compile(r"[-+]?(\d[\d,]*\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 class DeckError(Exception):
@@ -67,6 +66,7 @@ class Card:
     correct: int | None = None  # 0-based index into the choices
     keypoints: tuple[KeyPoint, ...] = ()
     exercise: str | None = None
+    source: str = ""  # paper and section/figure/equation, or "measured: BENCHMARKS.md <table>"
 
     def question(self, lang: str) -> str:
         return self.q_zh if lang == "zh" else self.q_en
@@ -82,6 +82,35 @@ class Card:
         assert self.answer is not None
         return abs(value - self.answer) <= self.tolerance * abs(self.answer) + 1e-9
 
+    def reciprocal_of(self, text: str) -> bool:
+        """The user typed 1/answer (a ratio the wrong way round, '1/9' for a 9× factor)."""
+        from drill.numparse import parse
+
+        value = parse(text)
+        return bool(value) and self.answer != 0 and abs(1 / value - self.answer) <= 0.06 * abs(self.answer)
+
+    def accepts_text(self, text: str) -> bool:
+        """What the user typed is right: within tolerance, or the answer correctly rounded.
+
+        A plain decimal counts when it is the card's answer rounded to the places the user
+        wrote, with at least 3 significant figures (1.14 for 1.1353) or to whole units of a
+        number of 10 or more (79 for 78.6). Cards with tolerance 0 are exact counts and stay exact.
+        """
+        from drill.numparse import parse, plain_decimal
+
+        value = parse(text)
+        if value is None:
+            return False
+        if self.accepts(value):
+            return True
+        literal = plain_decimal(text)
+        if self.tolerance == 0 or literal is None:
+            return False
+        decimals = len(literal.partition(".")[2])
+        significant = len(literal.replace("-", "").replace(".", "").lstrip("0"))
+        enough = significant >= 3 or (decimals == 0 and abs(self.answer) >= 10)
+        return enough and abs(round(self.answer, decimals) - value) <= 10 ** -(decimals + 6)
+
 
 @dataclass(frozen=True)
 class Deck:
@@ -96,14 +125,10 @@ class Deck:
 
 
 def parse_number(text: str) -> float | None:
-    """The first number in what the user typed ('≈ 1.135', '228 KB', '16,777,216')."""
-    match = _NUMBER.search(text)
-    if not match:
-        return None
-    try:
-        return float(match.group(0).replace(",", ""))
-    except ValueError:
-        return None
+    """The value of the whole answer ('≈ 1.135', 'e^-2+1', '2^24', '228 KB'); None if it is not one number."""
+    from drill.numparse import parse
+
+    return parse(text)
 
 
 def deck_topics() -> list[str]:
@@ -151,7 +176,7 @@ def _parse_card(raw: dict, topic: str) -> Card:
     card_id = raw.get("id")
     if not isinstance(card_id, str) or not SLUG.match(card_id):
         raise DeckError(f"{where}: id must be a lowercase slug like 'online-update-rule'")
-    for key in ("q_en", "q_zh", "a_en", "a_zh"):
+    for key in ("q_en", "q_zh", "a_en", "a_zh", "source"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise DeckError(f"{where}: {key} must be non-empty text")
     tags = raw.get("tags")
@@ -176,6 +201,7 @@ def _parse_card(raw: dict, topic: str) -> Card:
         correct=raw.get("correct"),
         keypoints=tuple(_parse_keypoint(kp, where) for kp in raw.get("keypoints", ())),
         exercise=raw.get("exercise"),
+        source=raw["source"].strip(),
     )
     _check_kind_fields(card, raw, where)
     return card

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("drill.commands.status", "Show progress on every exercise and the next step."),
     "quiz": ("drill.commands.quiz", "Review follow-up question cards (spaced repetition)."),
     "mock": ("drill.commands.mock", "A timed mock interview question."),
+    "export": ("drill.commands.export", "Export the follow-up cards (drill export anki FILE.apkg)."),
     "show": ("drill.commands.show", "Draw the algorithm in the terminal (tiling, online softmax, IO)."),
     "watch": ("drill.commands.watch", "Re-check a file every time it is saved."),
     "bench": ("drill.commands.bench", "Time the reference kernel against PyTorch SDPA (GPU)."),

@@ -1,41 +1,37 @@
 """Mock interview: pick a main question, grade an answer by its key points, keep the result.
 
-Grading is deliberately simple and offline: a key point counts as covered when
-the answer contains one of its synonyms (English or Chinese, whatever language
-the answer is in). Text is normalised first so that spacing, hyphens, case and
-typographic variants (s², s^2, B_r×B_c, Br x Bc) do not decide the score.
+Grading is offline and deliberately explainable: drill/keypoints.py decides whether the
+answer makes each key point (whole words after stemming, normalised formulas, Chinese
+phrases as substrings, in sentences rather than a keyword list).
 """
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
+from drill import keypoints
 from drill.cards import Card, KeyPoint
 from drill.store import Store
 
 MAIN_TAG = "main"
 
-# Characters that vary between writers but mean the same thing.
-_FOLD = str.maketrans({"×": "x", "*": "x", "−": "-", "–": "-", "—": "-", "’": "'", "‘": "'"})
-_DROP = {" ", "\t", "\n", "\r", "-", "_", "\u3000"}
+
+def negatable(point: KeyPoint) -> bool:
+    """A point that claims an absence ("nothing overflows", "never go to HBM") is made by
+    sentences full of negations, so a "not" before its words must not cancel them."""
+    words = set(point.en.casefold().replace(",", " ").replace(";", " ").split())
+    return not words & {"nothing", "never", "without"}
 
 
-def normalise(text: str) -> str:
-    """Lower-case, NFKC (², ᵢ and full-width forms become plain), no spaces/hyphens/underscores."""
-    folded = unicodedata.normalize("NFKC", text).casefold().translate(_FOLD)
-    return "".join(ch for ch in folded if ch not in _DROP)
-
-
-def covers(point: KeyPoint, answer: str) -> bool:
-    said = normalise(answer)
-    return any(normalise(synonym) and normalise(synonym) in said for synonym in point.synonyms)
+def covers(point: KeyPoint, answer: str | keypoints.Analysis) -> bool:
+    return keypoints.matches(point.synonyms, answer, negatable(point))
 
 
 @dataclass(frozen=True)
 class Coverage:
     card_id: str
     covered: tuple[bool, ...]
+    keyword_list: bool = False  # the answer read as a list of terms, not an explanation
 
     @property
     def count(self) -> int:
@@ -47,7 +43,11 @@ class Coverage:
 
 
 def grade(card: Card, answer: str) -> Coverage:
-    return Coverage(card.id, tuple(covers(point, answer) for point in card.keypoints))
+    analysis = keypoints.analyse(answer)
+    synonyms = tuple(synonym for point in card.keypoints for synonym in point.synonyms)
+    if keypoints.is_keyword_list(answer, analysis, synonyms):
+        return Coverage(card.id, (False,) * len(card.keypoints), keyword_list=True)
+    return Coverage(card.id, tuple(covers(point, analysis) for point in card.keypoints))
 
 
 def main_questions(cards: list[Card] | tuple[Card, ...]) -> list[Card]:

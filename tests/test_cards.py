@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -47,6 +48,30 @@ def _bottom_right_visible(i, sq, sk):
 
 
 H100_M = 228 * 1024 // 2  # 228 KB of SRAM holding 2-byte elements
+H100_SMS = 132  # H100 SXM
+
+
+def _kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes):
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def _logsumexp(values):
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _window_blocks(first_row, block, window):
+    """Key blocks a causal sliding-window query block touches: keys i - window < j <= i."""
+    rows = range(first_row, first_row + block)
+    keys = {j for i in rows for j in range(max(0, i - window + 1), i + 1)}
+    return len({j // block for j in keys})
+
+
+def _flash_intensity(s, d, br, dtype_bytes):
+    """FLOPs per HBM byte of a FlashAttention-2 forward if every K/V re-read went to HBM."""
+    from drill import iocount
+
+    return iocount.flops(s, d) / (iocount.flash_elements(s, d, br) * dtype_bytes)
 
 # Every number that follows from a formula, recomputed here rather than trusted.
 DERIVED = {
@@ -67,6 +92,21 @@ DERIVED = {
     "attention-flops-formula": 4 * 1 * 32 * 4096**2 * 128 / 1e9,
     "attention-tflops-rate": 4 * 1 * 32 * 4096**2 * 128 / 0.5e-3 / 1e12,
     "h200-sdpa-fraction": 624 / 794 * 100,
+    # Hopper, decoding, serving
+    "fa3-exp-bottleneck": 989 / (3.9 * 4 * 128) * 100,
+    "fa3-utilisation": 740 / 989 * 100,
+    "decode-kv-cache-size": _kv_bytes_per_token(80, 8, 128, 2) / 1024,
+    "decode-kv-read-time": _kv_bytes_per_token(80, 8, 128, 2) * 32768 / 4.8e12 * 1e3,
+    "decode-one-row-parallelism": 1 * 32 * 1 / H100_SMS * 100,
+    "flashdecoding-merge": _logsumexp([1.0, 2.0, 3.0]),
+    "paged-page-lookup": 100 // 16,
+    "paged-last-page-waste": math.ceil(1000 / 16) * 16 - 1000,
+    "gqa-head-mapping": 13 // (32 // 8),
+    "gqa-kv-cache-saving": 64 / 8,
+    "varlen-padding-waste": (3 * 5 - (3 + 5 + 2)) / (3 * 5) * 100,
+    "sliding-window-blocks": _window_blocks(5120, 128, 1024),
+    "fused-intensity-no-l2": _flash_intensity(16384, 128, 128, 2),
+    "ring-min-block-size": 312e12 / 300e9,
 }
 # Figures quoted from the papers or spec sheets (nothing to derive).
 QUOTED = {"fig2-gflops-after": 75.2, "sram-per-sm": 228}
@@ -106,6 +146,10 @@ def test_worked_numbers_quoted_in_answers(deck):
     for card_id, text in quoted.items():
         assert text in deck.get(card_id).a_en, (card_id, text)
     assert "16,777,216" in mathtext.render(deck.get("score-matrix-size").a_en)
+    assert "327,680" in mathtext.render(deck.get("decode-kv-cache-size").a_en)
+    assert f"{DERIVED['flashdecoding-merge']:.4f}" in deck.get("flashdecoding-merge").a_en
+    assert "[0, 3, 8, 10]" in deck.get("varlen-cu-seqlens").a_en
+    assert list(itertools.accumulate([3, 5, 2], initial=0)) == [0, 3, 8, 10]
     assert f"{4096**2:,}" == "16,777,216"
 
 
@@ -168,7 +212,7 @@ def test_mathtext_renders_the_usual_suspects():
 
 
 def test_unknown_keys_and_bad_versions_are_rejected():
-    good = 'format = 1\n[[card]]\nid = "a"\ntags = ["t"]\nkind = "recall"\nq_en = "q"\nq_zh = "问"\na_en = "a"\na_zh = "答"\n'
+    good = 'format = 1\n[[card]]\nid = "a"\ntags = ["t"]\nkind = "recall"\nq_en = "q"\nq_zh = "问"\na_en = "a"\na_zh = "答"\nsource = "FlashAttention §3.1"\n'
     assert cards.parse_deck(good, "x").cards[0].id == "a"
     with pytest.raises(cards.DeckError, match="unknown keys"):
         cards.parse_deck(good + 'colour = "red"\n', "x")
@@ -180,6 +224,20 @@ def test_unknown_keys_and_bad_versions_are_rejected():
         cards.parse_deck(good + "answer = 3\n", "x")
     with pytest.raises(cards.DeckError, match="duplicate"):
         cards.parse_deck(good + good.split("\n", 1)[1], "x")
+    with pytest.raises(cards.DeckError, match="source"):
+        cards.parse_deck(good.replace('source = "FlashAttention §3.1"\n', ""), "x")
+    with pytest.raises(cards.DeckError, match="source"):
+        cards.parse_deck(good.replace('"FlashAttention §3.1"', '"  "'), "x")
+
+
+def test_every_card_names_its_source(deck):
+    # A paper with a section, figure, equation, algorithm or table; or a measurement here.
+    where = ("§", "Fig.", "Algorithm", "Theorem", "Proposition", "Appendix", "Eq.", "Table",
+             "measured:", "source", "docs", "datasheet", "Guide", "README", "tests/", ".py", "worked by hand",
+             "identity", "change of base", "abstract", "arithmetic", "repository", "blog")
+    for card in deck.cards:
+        assert card.source, card.id
+        assert any(word in card.source for word in where), (card.id, card.source)
 
 
 def test_catalog_card_lists_match_the_deck(deck):
@@ -193,3 +251,28 @@ def test_catalog_card_lists_match_the_deck(deck):
     for card in deck.cards:
         if card.exercise in listed:
             assert card.id in listed[card.exercise], f"{card.id} missing from {card.exercise}'s cards"
+
+
+# Exercises 08-10 (decoding, paging, GQA) link these ids from their catalog entries.
+INFERENCE_CARDS = {
+    "decode-kv-cache-size", "decode-one-row-parallelism", "flashdecoding-split-kv", "flashdecoding-merge",
+    "paged-block-table", "paged-fragmentation", "paged-prefix-sharing", "gqa-head-mapping",
+    "gqa-kv-cache-saving", "gqa-backward-sum", "mqa-vs-gqa", "decode-bandwidth-bound",
+}
+
+
+def test_inference_card_ids_stay_put(deck):
+    assert INFERENCE_CARDS <= {card.id for card in deck.cards}
+
+
+def test_deck_covers_the_2026_canon(deck):
+    # One probe per topic of issue 14's list; a missing one means a card was lost.
+    text = " ".join(mathtext.render(t) for card in deck.cards for t in _all_texts(card))
+    for probe in [
+        "TMA", "WGMMA", "producer", "setmaxnreg", "ping-pong", "Inside one warpgroup", "Block quantisation",
+        "Hadamard", "740", "75 %", "1.5–2.0×", "35 %", "989", "3.9 TFLOP/s", "327,680", "split", "LSE",
+        "block table", "copy-on-write", "under 4 %", "60–80 %", "2–4×", "h ÷ (H/G)", "5 %", "Philox",
+        "cu_seqlens", "window_size", "block-sparse", "registers", "255", "c ≥ F / B", "zigzag", "Striped",
+        "Ulysses", "all-to-all", "dK and dV buffers", "L2", "compute-bound", "624",
+    ]:
+        assert probe in text, probe

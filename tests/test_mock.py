@@ -29,11 +29,57 @@ def mocks_rows() -> list:
 
 # -- grading -------------------------------------------------------------------
 
-def test_normalise_ignores_case_spacing_and_typography():
-    assert mockinterview.normalise("Running-Max") == mockinterview.normalise("running max")
-    assert mockinterview.normalise("s²") == mockinterview.normalise("s2")
-    assert mockinterview.normalise("B_r × B_c") == mockinterview.normalise("br x bc")
-    assert mockinterview.normalise("Ｓ Ｒ Ａ Ｍ") == "sram"
+def test_words_match_on_boundaries_after_stemming():
+    from drill.keypoints import matches
+
+    assert not matches(("ring",), "The softmax is updated during every step of the loop.")
+    assert matches(("ring",), "The devices form a ring and pass blocks along it.")
+    assert matches(("rescale",), "When the max grows we keep rescaling the partial sums.")
+    assert matches(("rescaling",), "It rescales the old sum by a factor.")
+    assert matches(("materialize",), "Standard attention materialises the whole matrix in memory.")
+    assert matches(("running max",), "We keep a Running-Max for each row of the output.")
+    assert not matches(("tile",), "The kernel is subtle and it works on the rows.")
+
+
+def test_formulas_are_normalised():
+    from drill.keypoints import formula_form
+
+    assert formula_form("N×N") == formula_form("s x s") == formula_form("S × S")
+    assert formula_form("s²") == formula_form("s^2") == formula_form("s**2") == formula_form("N^2")
+    assert formula_form("O(N)") == formula_form("O(s)") == formula_form("Θ(s)")
+    assert formula_form("Θ(N²d²M⁻¹)") == formula_form("O(s^2 d^2 / M)") == formula_form("O(s²·d²/M)")
+    assert formula_form("log(e^{L1}+e^{L2})") == formula_form("log(exp(L_1) + exp(L_2))")
+    assert formula_form("[B_r, d]") == formula_form("[Br, d]")
+    assert (formula_form("L1 + softplus(L2 - L1)") == formula_form("L_1 + log(1 + e^{L_2 - L_1})")
+            == formula_form("L1 + log1p(exp(L2 - L1))"))
+
+
+def test_negation_cancels_a_word_unless_the_point_is_a_negation():
+    explain = DECK.get("main-explain-flashattention")
+    exact = explain.keypoints[5]
+    assert not mockinterview.covers(exact, "The result is not exact, it is only an approximation of the softmax.")
+    assert mockinterview.covers(exact, "The result is exact, there is no approximation at all.")
+    overflow = ONLINE.keypoints[4]
+    assert mockinterview.covers(overflow, "Since the factor is at most one, nothing can overflow here.")
+
+
+def test_chinese_phrases_match_as_substrings():
+    coverage = mockinterview.grade(ONLINE, "每行记住目前最大的值,新块来了就把旧的结果校正一下。")
+    assert coverage.covered[RUNNING_MAX] and coverage.covered[RESCALE]
+
+
+def test_a_keyword_list_scores_nothing():
+    salad = "running max, running sum, rescale, exp(m_old - m_new), exact, overflow"
+    coverage = mockinterview.grade(ONLINE, salad)
+    assert coverage.count == 0 and coverage.keyword_list
+    for joined in ("It is running max and running sum and rescale and exact and it does not overflow.",
+                   "就是 running max 和 running sum 和校正和分母和精确和溢出。"):
+        coverage = mockinterview.grade(ONLINE, joined)  # connectives alone do not make an explanation
+        assert coverage.count == 0 and coverage.keyword_list, joined
+    assert mockinterview.grade(ONLINE, "I keep a running max.").covered[RUNNING_MAX]  # short, not a list
+    prose = ("We keep a running max and a running sum, rescale them by exp(m_old - m_new) when the max "
+             "grows, and the result is exact with nothing that can overflow.")
+    assert mockinterview.grade(ONLINE, prose).count == len(ONLINE.keypoints)
 
 
 def test_running_max_and_rescale_cover_those_points():
@@ -98,6 +144,13 @@ def test_mock_in_chinese():
     assert "✓ " + ONLINE.keypoints[RESCALE].zh in result.output
     assert "30 秒参考回答" in result.output
     assert mocks_rows()[0]["score"] > 0
+
+
+def test_keyword_list_is_told_so():
+    result = mock("flashattention", "--question", "online-softmax",
+                  input="running max, running sum, rescale, exact, overflow\n")
+    assert result.exit_code == 0, result.output
+    assert "list of terms" in result.output and "Covered 0 of" in result.output
 
 
 def test_empty_answer_scores_zero_and_is_recorded():

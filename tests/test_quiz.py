@@ -222,3 +222,32 @@ def test_real_process_with_piped_input():
     assert done.returncode == 0, done.stderr
     assert "Reviewed 1 card(s), 1 right." in done.stdout
     assert done.stderr == ""
+
+
+# -- sources and expressions ----------------------------------------------------
+
+def test_source_is_shown_after_the_answer_and_expressions_are_graded():
+    card = DECK.get("online-example-first-block")
+    result = quiz("--cram", "--tag", "online-softmax", "--limit", "40",
+                  input="".join(f"{line}\n" for c in tagged("online-softmax")
+                                for line in (["e^-2+1"] if c.id == card.id else right_answers(c))))
+    assert result.exit_code == 0, result.output
+    block = result.output.split(f"{card.id} ·", 1)[1]
+    assert "Right." in block.split("Source:", 1)[0]
+    assert f"Source: {card.source}" in block
+
+
+def test_source_label_in_chinese():
+    result = quiz("--cram", "--tag", "main", "--lang", "zh", "--limit", "1", input="\n\n")
+    assert result.exit_code == 0, result.output
+    assert "出处: " in result.output
+
+
+def test_a_reciprocal_is_wrong_but_explained():
+    card = DECK.get("fig2-hbm-ratio")
+    assert card.reciprocal_of("1/9") and not card.reciprocal_of("9.16") and not card.reciprocal_of("0")
+    lines = [line for c in tagged("io") for line in (["1/9"] if c.id == card.id else right_answers(c))]
+    result = quiz("--cram", "--tag", "io", "--limit", "40", input="".join(f"{line}\n" for line in lines))
+    assert result.exit_code == 0, result.output
+    block = result.output.split(f"{card.id} ·", 1)[1].split("Source:", 1)[0]
+    assert "Not quite" in block and "reciprocal" in block

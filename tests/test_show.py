@@ -191,20 +191,49 @@ def test_render_grid_highlights_one_block():
 
 
 def test_io_table_matches_the_formulas():
-    result = run("io", "--s", "8192", "--d", "64", "--sram", "100KB", "--bytes", "2")
+    result = run("io", "--s", "8192", "--d", "64", "--br", "128", "--bc", "64", "--bytes", "2")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "Br × Bc = 128 × 64" in out
+    for s in (512, 1024, 2048, 4096, 8192):
+        standard = 4 * s * 64 + 4 * s * s
+        flash = flash_total(s, 64, 128)
+        from_l2 = 4 * s * 64 + s
+        row = [line for line in out.splitlines() if line.strip().startswith(f"{s:,} ") and "×" in line][0]
+        assert f"{standard:,}" in row and f"{flash:,}" in row and f"{standard / flash:.2f}×" in row
+        assert f"{from_l2:,}" in row and f" {-(-s // 128)} " in row  # K/V passes = ⌈s/Br⌉
+        # FLOP per HBM byte with every pass from HBM stays near Br; from L2 it grows with s.
+        flop_row = [line for line in out.splitlines() if line.strip().startswith(f"{s:,} ") and "FLOP" in line][0]
+        assert flop_row.replace("│", " ").split()[-2:] == [f"{4 * s * s * 64 / (flash * 2):.0f}", f"{4 * s * s * 64 / (from_l2 * 2):.0f}"]
+    assert "16,384" not in out
+    assert "4·s²·d" in out and "17.18 GFLOP" in out  # 4·8192²·64
+
+
+def test_io_defaults_to_a_real_tile_and_says_fused_attention_is_compute_bound():
+    out = " ".join(run("io").output.split())
+    assert "Br × Bc = 128 × 64" in out and "d = 128" in out
+    assert "min(Bc, d)" not in out  # FlashAttention-1's cap only with --sram
+    assert "hit L2" in out and "compute-bound" in out and "624 of 794 TFLOP/s" in out
+    assert "attention below that is memory-bound" not in out
+    # s = 16,384, d = 128: 127 FLOP/byte when every pass comes from HBM, 8176 from L2.
+    assert "127 FLOP/byte" in out and "8176 with K/V reuse" in out
+
+
+def test_io_bc_changes_the_tile_footprint_not_the_traffic():
+    a, b = run("io", "--s", "4096", "--bc", "64").output, run("io", "--s", "4096", "--bc", "128").output
+    a, b = " ".join(a.split()), " ".join(b.split())  # undo line wrapping
+    assert "= 64 KiB of 228 KiB" in a and "= 96 KiB of 228 KiB" in b
+    assert a.split("HBM traffic per head")[1] == b.split("HBM traffic per head")[1]
+
+
+def test_io_sram_uses_flashattention1s_rule():
+    result = run("io", "--s", "8192", "--d", "64", "--sram", "100KB")
     assert result.exit_code == 0, result.output
     m = 100_000 // 2
     bc = -(-m // (4 * 64))
     br = min(bc, 64)
-    out = result.output
-    assert f"Bc = ⌈M/(4d)⌉ = {bc}, Br = min(Bc, d) = {br}" in out
-    for s in (512, 1024, 2048, 4096, 8192):
-        standard = 4 * s * 64 + 4 * s * s
-        flash = flash_total(s, 64, br)
-        row = [line for line in out.splitlines() if line.strip().startswith(f"{s:,} ") and "×" in line][0]
-        assert f"{standard:,}" in row and f"{flash:,}" in row and f"{standard / flash:.2f}×" in row
-    assert "16,384" not in out
-    assert "4·s²·d" in out and "17.18 GFLOP" in out  # 4·8192²·64
+    assert f"Bc = ⌈M/(4d)⌉ = {bc}, Br = min(Bc, d) = {br}" in result.output
+    assert f"{flash_total(8192, 64, br):,}" in result.output
 
 
 def test_io_sram_in_elements_and_given_br():
@@ -215,7 +244,7 @@ def test_io_sram_in_elements_and_given_br():
 
 @pytest.mark.parametrize("args, word", [
     (["--sram", "12XB"], "--sram"), (["--sram", "0"], "--sram"), (["--s", "0"], "--s"),
-    (["--d", "-3"], "--d"), (["--br", "0"], "--br"), (["--bytes", "99"], "--bytes"),
+    (["--d", "-3"], "--d"), (["--br", "0"], "--br"), (["--bc", "-1"], "--bc"), (["--bytes", "99"], "--bytes"),
     (["--plot", "/nonexistent-folder/x.png"], "--plot"),
 ])
 def test_io_rejects_bad_input_in_one_line(args, word):

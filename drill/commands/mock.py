@@ -31,6 +31,7 @@ WORDS = {
         "model": "Model 30-second answer", "points": "Key points",
         "score": "Covered {hit} of {total} key points ({pct:.0f}%) in {secs:.0f} s of {limit} s.",
         "over": " Over time.", "empty": "No answer was given.",
+        "list": "That reads as a list of terms, not an explanation: say how the pieces connect.",
     },
     "zh": {
         "how": "像面试时口头回答一样写下来。空行回车提交。",
@@ -38,6 +39,7 @@ WORDS = {
         "model": "30 秒参考回答", "points": "必答点",
         "score": "覆盖了 {hit}/{total} 个必答点({pct:.0f}%),用时 {secs:.0f} 秒(限时 {limit} 秒)。",
         "over": "超时了。", "empty": "没有作答。",
+        "list": "这更像是关键词罗列,而不是解释:请说清楚它们之间怎么联系起来。",
     },
 }
 
@@ -167,6 +169,8 @@ def show_result(card: cards.Card, lang: str, coverage: mockinterview.Coverage, s
         score += words["over"]
     if not answer:
         score = words["empty"] + " " + score
+    elif coverage.keyword_list:
+        score = words["list"] + " " + score
     model = Text(render(card.answer_text(lang)))
     points.rstrip()
     if tty:

@@ -32,12 +32,13 @@ WORDS = {
     "en": {
         "reveal": "Enter reveals the answer (type your own first if you like)",
         "rate": "How well did you know it? 1 Again · 2 Hard · 3 Good · 4 Easy (a/h/g/e, Enter = Good)",
-        "number": "Your answer (a number; Enter if you don't know)",
-        "within": "[within ±{pct}%]",
+        "number": "Your answer (a number or expression such as e^-2+1; Enter if you don't know)",
+        "within": "[within ±{pct}%, or rounded to 3 significant figures]", "exact": "[exact]",
         "choice": "Your choice (1-{n}; Enter if you don't know)",
         "right": "Right.", "wrong": "Not quite: the answer is {answer}.",
         "invalid": "Didn't catch that; try again.",
-        "answer": "Answer", "next": "next review {when}",
+        "reciprocal": "That is the reciprocal: the card asks for the factor (greater than 1).",
+        "answer": "Answer", "source": "Source", "next": "next review {when}",
         "summary": "Reviewed {n} card(s), {right} right.",
         "cram": "Cram session: the schedule did not change.",
         "more_due": "More cards are due now: run `drill quiz` again.",
@@ -47,12 +48,13 @@ WORDS = {
     "zh": {
         "reveal": "按 Enter 看答案(可以先写下自己的回答)",
         "rate": "掌握得怎么样?1 忘了 · 2 困难 · 3 良好 · 4 简单(a/h/g/e,Enter = 良好)",
-        "number": "你的答案(一个数;不会就直接 Enter)",
-        "within": "[误差 ±{pct}% 以内算对]",
+        "number": "你的答案(一个数或算式,如 e^-2+1;不会就直接 Enter)",
+        "within": "[误差 ±{pct}% 以内,或正确四舍五入到 3 位有效数字,都算对]", "exact": "[须完全正确]",
         "choice": "你的选择(1-{n};不会就直接 Enter)",
         "right": "答对了。", "wrong": "不对:答案是 {answer}。",
         "invalid": "没看懂这个输入,请再试一次。",
-        "answer": "答案", "next": "下次复习 {when}",
+        "reciprocal": "这是倒数:题目问的是倍数(大于 1)。",
+        "answer": "答案", "source": "出处", "next": "下次复习 {when}",
         "summary": "复习了 {n} 张卡,答对 {right} 张。",
         "cram": "突击复习:没有改动复习计划。",
         "more_due": "还有卡片现在就到期:再运行一次 `drill quiz`。",
@@ -163,11 +165,14 @@ class Session:
 
     def _numeric(self, card: cards.Card) -> int:
         # Say how close counts, so "1.20" for 1.2034 is not a surprise.
-        within = self.words["within"].format(pct=f"{card.tolerance * 100:g}")
+        within = (self.words["within"].format(pct=f"{card.tolerance * 100:g}") if card.tolerance
+                  else self.words["exact"])
         text = self._ask_until(f"{self.words['number']} {within}", _number_or_blank)
-        right = text != "" and card.accepts(cards.parse_number(text))
+        right = text != "" and card.accepts_text(text)
         expected = f"{card.answer:g} {card.unit}".strip()
         self._verdict(right, self.words["wrong"].format(answer=expected))
+        if not right and text and card.reciprocal_of(text):
+            console.print(Text(self.words["reciprocal"], style="warn"), soft_wrap=not self.io.tty)
         self._show_answer(card)
         return GOOD if right else AGAIN
 
@@ -208,6 +213,7 @@ class Session:
 
     def _show_answer(self, card: cards.Card) -> None:
         answer = Text(render(card.answer_text(self.lang)))
+        answer.append(f"\n{self.words['source']}: {card.source}", style="muted")
         if self.io.tty:
             console.print(Panel(answer, title=self.words["answer"], title_align="left", border_style="green"))
         else:

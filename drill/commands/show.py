@@ -29,7 +29,7 @@ def command(ctx: click.Context) -> None:
     \b
       drill show tiling --causal            # the FlashAttention-2 loop, block by block
       drill show online-softmax 1 3 2 5     # running max, sum and rescale per block
-      drill show io --s 16384               # HBM traffic and FLOPs against s
+      drill show io --s 16384 --br 128 --bc 64   # HBM traffic, K/V re-reads, roofline
       drill show ring --world 4 --zigzag    # ring attention's K/V shards per step
     """
     if ctx.invoked_subcommand is None:
@@ -128,35 +128,42 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
 @command.command(name="io")
 @click.option("--s", "s_max", type=int, default=16384, show_default=True,
               help="Longest sequence in the table (it doubles from 512 up to this).")
-@click.option("--d", "d", type=int, default=64, show_default=True, help="Head dimension.")
-@click.option("--sram", default="100KB", show_default=True,
-              help="SRAM per thread block: elements (49152) or bytes (100KB, 228KiB).")
-@click.option("--br", type=int, default=None, help="Rows per Q block (default: from --sram).")
+@click.option("--d", "d", type=int, default=128, show_default=True, help="Head dimension.")
+@click.option("--br", type=int, default=None, help="Rows per Q block (default 128, a real kernel's tile).")
+@click.option("--bc", type=int, default=None, help="Rows per K/V block (default 64).")
+@click.option("--sram", default=None,
+              help="Derive Br, Bc from SRAM as FlashAttention-1 did: elements (49152) or bytes (100KB, 228KiB).")
 @click.option("--bytes", "dtype_bytes", type=int, default=2, show_default=True,
               help="Bytes per element (2: fp16/bf16, 4: fp32).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Also draw traffic against s into this PNG (needs matplotlib).")
-def io(s_max: int, d: int, sram: str, br: int | None, dtype_bytes: int, plot_path: str | None) -> None:
-    """HBM traffic and FLOPs of standard attention and FlashAttention-2, per head, forward."""
+def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dtype_bytes: int,
+       plot_path: str | None) -> None:
+    """HBM traffic, K/V re-reads, FLOPs and the roofline of standard attention and FlashAttention-2."""
     from drill.visual import io as iov
 
     if s_max <= 0 or s_max > iov.MAX_S:
         _cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
     if d <= 0 or d > 65536:
         _cannot(f"--d must be a positive head dimension (got {d})")
-    if br is not None and br <= 0:
-        _cannot(f"--br must be a positive whole number (got {br})")
+    for name, value in (("--br", br), ("--bc", bc)):
+        if value is not None and not 0 < value <= iov.MAX_S:
+            _cannot(f"{name} must be a positive whole number of rows (got {value})")
     _check_bytes(dtype_bytes)
-    try:
-        m, how = iov.parse_sram(sram, dtype_bytes)
-    except iov.BadInput as exc:
-        _cannot(str(exc))
+    how = None
+    auto_br, auto_bc = iov.DEFAULT_BR, iov.DEFAULT_BC
+    if sram is not None:
+        try:
+            m, how = iov.parse_sram(sram, dtype_bytes)
+        except iov.BadInput as exc:
+            _cannot(str(exc))
+        auto_br, auto_bc = iov.block_sizes(m, d)
     if plot_path and not Path(plot_path).expanduser().resolve().parent.is_dir():
         _cannot(f"--plot {plot_path}: its folder does not exist")
-    auto_br, bc = iov.block_sizes(m, d)
-    console.print(iov.summary(s_max, d, br or auto_br, bc, how, dtype_bytes, br_given=br is not None))
+    br, bc = br or auto_br, bc or auto_bc
+    console.print(iov.summary(s_max, d, br, bc, dtype_bytes, how if (br, bc) == (auto_br, auto_bc) else None))
     if plot_path:
-        _plot(plot_path, s_max, d, br or auto_br, dtype_bytes)
+        _plot(plot_path, s_max, d, br, dtype_bytes)
 
 
 def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:

@@ -1,10 +1,12 @@
 """Why FlashAttention is faster without saving FLOPs: HBM traffic against sequence length.
 
-Counts are per head, forward only, in elements moved between HBM and SRAM (the
-tiling-shapes exercise's model), then bytes at a chosen element size:
-  standard attention  4·s·d + 4·s²        (Q, K, V, O, plus S and P each written and read)
-  FlashAttention-2    2·s·d + 2·Tr·s·d + s (Q and O once, K and V once per Q block, L once)
-FLOPs: 4·s²·d (two matmuls, QKᵀ and PV, each 2·s²·d); both methods do the same.
+Counts are per head, forward only, in elements moved between HBM and the chip (the
+formulas live in drill/iocount.py), then bytes at a chosen element size. The tiles
+default to what real kernels use (Br × Bc = 128 × 64); FlashAttention-1's rule for
+deriving them from the SRAM size is available with --sram. Besides the paper-style
+count, where every pass over K and V comes from HBM, the table shows the count when
+those re-reads hit L2, which is what happens on an H100/H200 and why a fused kernel
+there is compute-bound.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from drill.visual.tiling import ceil_div, formula_flash, formula_standard
+from drill import iocount
 
-# H200 figures from FLASHATTENTION-FACTS.md, for the roofline remark.
+# H200 figures from FLASHATTENTION-FACTS.md and BENCHMARKS.md, for the roofline remark.
 HBM_BYTES_PER_S = 4.8e12
 MATMUL_FLOPS_PER_S = 794e12  # measured bf16 matmul ceiling on one H200
+MEASURED_ATTENTION_FLOPS_PER_S = 624e12  # SDPA cuDNN, d = 128, 16k tokens, forward, same H200
+L2_BYTES = 50e6  # H100 SXM and H200
+SMEM_BYTES = 228 * 1024  # shared memory per SM, H100/H200
 MAX_S = 1 << 22
+DEFAULT_BR, DEFAULT_BC = 128, 64  # FlashAttention-2's forward tile for d = 128
 
 _UNITS = {"": None, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
@@ -51,8 +57,8 @@ def parse_sram(text: str, dtype_bytes: int) -> tuple[int, str]:
 
 
 def block_sizes(m: int, d: int) -> tuple[int, int]:
-    """FlashAttention's choice: Bc = ⌈M/(4d)⌉, Br = min(Bc, d), so Q_i, K_j, V_j, O_i fit together."""
-    bc = ceil_div(m, 4 * d)
+    """FlashAttention-1's Algorithm 1: Bc = ⌈M/(4d)⌉, Br = min(Bc, d), so Q_i, K_j, V_j, O_i fit together."""
+    bc = iocount.ceil_div(m, 4 * d)
     return min(bc, d), bc
 
 
@@ -70,16 +76,33 @@ def lengths(s_max: int, start: int = 512) -> list[int]:
     return out
 
 
-def flops(s: int, d: int) -> int:
-    return 4 * s * s * d
-
-
 @dataclass(frozen=True)
 class Row:
     s: int
-    standard: int  # elements
-    flash: int  # elements
-    flops: int
+    d: int
+    br: int
+
+    @property
+    def standard(self) -> int:
+        return iocount.standard_elements(self.s, self.d)
+
+    @property
+    def flash(self) -> int:
+        """Every pass over K and V read from HBM (the paper-style count, exercise 02)."""
+        return iocount.flash_elements(self.s, self.d, self.br)
+
+    @property
+    def flash_l2(self) -> int:
+        """K and V re-reads served by L2: HBM sees them about once."""
+        return iocount.flash_elements_l2(self.s, self.d)
+
+    @property
+    def passes(self) -> int:
+        return iocount.kv_passes(self.s, self.br)
+
+    @property
+    def flops(self) -> int:
+        return iocount.flops(self.s, self.d)
 
     @property
     def ratio(self) -> float:
@@ -87,72 +110,94 @@ class Row:
 
 
 def rows(s_max: int, d: int, br: int) -> list[Row]:
-    return [Row(s, formula_standard(s, d), formula_flash(s, d, br), flops(s, d)) for s in lengths(s_max)]
+    return [Row(s, d, br) for s in lengths(s_max)]
 
 
 def human_bytes(n: float) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
-            return f"{n / size:.2f} {unit}"
+            return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
 
 
 def human_flops(n: float) -> str:
     for unit, size in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if n >= size:
-            return f"{n / size:.2f} {unit}"
+            return f"{n / size:.4g} {unit}"
     return f"{n:.0f} FLOP"
 
 
-def traffic_table(table_rows: list[Row], dtype_bytes: int) -> Table:
-    table = Table(title=f"HBM traffic per head, forward (elements; bytes at {dtype_bytes} B/element)",
+def traffic_table(table_rows: list[Row]) -> Table:
+    table = Table(title="HBM traffic per head, forward, in elements (Tr: passes over K and V)",
                   title_justify="left", show_edge=False, pad_edge=False)
-    for name in ("s", "standard", "flash", "std/flash", "standard B", "flash B"):
+    for name in ("s", "standard", "flash", "std/flash", "Tr", "flash, L2"):
         table.add_column(name, justify="right", no_wrap=True)
     for r in table_rows:
-        table.add_row(f"{r.s:,}", f"{r.standard:,}", f"{r.flash:,}", f"{r.ratio:.2f}×",
-                      human_bytes(r.standard * dtype_bytes), human_bytes(r.flash * dtype_bytes))
+        table.add_row(f"{r.s:,}", f"{r.standard:,}", f"{r.flash:,}", f"{r.ratio:.2f}×", f"{r.passes:,}",
+                      f"{r.flash_l2:,}")
     return table
 
 
 def compute_table(table_rows: list[Row], dtype_bytes: int) -> Table:
-    table = Table(title="Arithmetic per head, forward: 4·s²·d FLOPs (QKᵀ and PV, 2·s²·d each), "
-                  "the same for both", title_justify="left", show_edge=False, pad_edge=False)
-    for name in ("s", "FLOPs", "FLOP/byte std", "FLOP/byte flash", "S+P held in HBM"):
+    table = Table(title=f"Bytes at {dtype_bytes} B/element, 4·s²·d FLOPs (QKᵀ and PV, 2·s²·d each, the same "
+                  "for both) and FLOP per HBM byte", title_justify="left", show_edge=False, pad_edge=False)
+    for name in ("s", "FLOPs", "std B", "flash B", "L2 B", "F/B std", "F/B flash", "F/B L2"):
         table.add_column(name, justify="right", no_wrap=True)
     for r in table_rows:
-        table.add_row(f"{r.s:,}", human_flops(r.flops),
-                      f"{r.flops / (r.standard * dtype_bytes):.1f}", f"{r.flops / (r.flash * dtype_bytes):.1f}",
-                      human_bytes(2 * r.s * r.s * dtype_bytes))
+        table.add_row(f"{r.s:,}", human_flops(r.flops), human_bytes(r.standard * dtype_bytes),
+                      human_bytes(r.flash * dtype_bytes), human_bytes(r.flash_l2 * dtype_bytes),
+                      f"{iocount.intensity(r.flops, r.standard, dtype_bytes):.0f}",
+                      f"{iocount.intensity(r.flops, r.flash, dtype_bytes):.0f}",
+                      f"{iocount.intensity(r.flops, r.flash_l2, dtype_bytes):.0f}")
     return table
 
 
-def summary(s_max: int, d: int, br: int, bc: int, sram_how: str, dtype_bytes: int,
-            br_given: bool = False) -> Group:
+def summary(s_max: int, d: int, br: int, bc: int, dtype_bytes: int, sram_how: str | None = None) -> Group:
     table_rows = rows(s_max, d, br)
+    last = table_rows[-1]
     head = Text()
     head.append("Standard attention vs FlashAttention-2", style="accent")
     head.append(f"  d = {d}, {dtype_bytes} bytes per element\n")
-    if br_given:
-        head.append(f"SRAM M: {sram_how}\n")
-        head.append(f"  → Br = {br} (given), Bc = ⌈M/(4d)⌉ = {bc}\n")
+    if sram_how:
+        head.append(f"SRAM M: {sram_how}\n  → FlashAttention-1's rule: Bc = ⌈M/(4d)⌉ = {bc}, "
+                    f"Br = min(Bc, d) = {br}\n")
     else:
-        head.append(f"SRAM M: {sram_how}\n")
-        head.append(f"  → Bc = ⌈M/(4d)⌉ = {bc}, Br = min(Bc, d) = {br}\n")
-    head.append("standard = 4·s·d + 4·s²   flash = 2·s·d + 2·Tr·s·d + s   (Tr = ⌈s/Br⌉)", style="grey50")
-    limit = 2 * br / d
+        head.append(f"Tiles: Br × Bc = {br} × {bc} (real kernels use 128 × 64 or 128 × 128; "
+                    "--sram derives them from SRAM as FlashAttention-1 did)\n")
+    tiles = (br + 2 * bc) * d * dtype_bytes
+    head.append(f"Q, K, V tiles in shared memory: (Br + 2·Bc)·d = {tiles / 1024:.0f} KiB of "
+                f"{SMEM_BYTES // 1024} KiB per SM; S, P and the O accumulator live in registers\n")
+    head.append("standard = 4·s·d + 4·s²   flash = 2·s·d + 2·Tr·s·d + s (Tr = ⌈s/Br⌉)   "
+                "flash, K/V from L2 = 4·s·d + s", style="grey50")
     ridge = MATMUL_FLOPS_PER_S / HBM_BYTES_PER_S
+    kv_bytes = 2 * last.s * d * dtype_bytes
+    no_l2 = iocount.intensity(last.flops, last.flash, dtype_bytes)
+    with_l2 = iocount.intensity(last.flops, last.flash_l2, dtype_bytes)
     notes = Text(style="grey50")
-    notes.append(f"Both counts grow as s²: standard ≈ 4·s², flash ≈ 2·s²·d/Br. As s grows the s·d terms "
-                 f"fade and the ratio settles at 2·Br/d = {limit:.2f}×: the larger Br, the fewer times K and V "
-                 "are re-read. With Br = M/(4d) (no cap at d) flash moves ≈ 8·s²·d²/M elements, the "
-                 "Θ(s²d²/M) of the FlashAttention paper. Standard attention also keeps S and P (s² each) "
-                 "in HBM; FlashAttention keeps only L (s numbers).\n")
-    notes.append(f"Roofline (one H200: 794 TFLOP/s measured bf16 matmul over the 4.8 TB/s datasheet HBM "
-                 f"bandwidth): about {ridge:.0f} FLOP per byte of HBM traffic are needed to keep "
-                 "the matmul units busy; attention below that is memory-bound, so cutting bytes moved, "
-                 "not FLOPs, is what makes it faster.")
-    return Group(head, Text(""), traffic_table(table_rows, dtype_bytes), Text(""),
+    notes.append(f"Standard attention also keeps S and P in HBM ({human_bytes(2 * last.s ** 2 * dtype_bytes)} "
+                 f"at s = {last.s:,}); FlashAttention keeps only L, s numbers.\n")
+    notes.append(f"K/V re-reads: the loop streams all of K and V once per Q block, Tr = ⌈s/Br⌉ times "
+                 f"({last.passes:,} at s = {last.s:,}); Bc only sets how many tiles a pass takes. Counted "
+                 f"that way flash moves ≈ 2·s²·d/Br elements and the ratio to standard settles at "
+                 f"2·Br/d = {2 * br / d:.2f}×: the larger Br, the fewer passes. With FlashAttention-1's "
+                 "Br = M/(4d) this is the paper's Θ(s²d²/M).\n")
+    notes.append(f"On a modern GPU most of those passes never reach HBM: the thread blocks working on "
+                 f"one head run at the same time and read the same K/V tiles, and one head's K and V "
+                 f"({human_bytes(kv_bytes)} at s = {last.s:,}) "
+                 f"{'fit' if kv_bytes <= L2_BYTES else 'do not fit'} in the {L2_BYTES / 1e6:.0f} MB L2 of "
+                 "an H100/H200, so the re-reads mostly hit L2 and HBM sees K and V about once "
+                 "(the 'K/V from L2' column).\n")
+    notes.append(f"Roofline (one H200: 794 TFLOP/s measured bf16 matmul over the 4.8 TB/s datasheet "
+                 f"bandwidth): the ridge is ≈ {ridge:.0f} FLOP per byte of HBM traffic. Standard attention "
+                 f"sits far below it (memory-bound; even its QKᵀ alone does only ≈ d FLOP/byte). At "
+                 f"s = {last.s:,} FlashAttention-2 does {no_l2:.0f} FLOP/byte if every pass came from HBM "
+                 f"({'above' if no_l2 >= ridge else 'below'} the ridge) and {with_l2:.0f} with K/V reuse in L2: "
+                 "far above it, so a fused kernel on an H100/H200 is compute-bound, limited by the "
+                 "Tensor Cores and the exponentials, not by HBM. Measured on the same H200: SDPA's cuDNN "
+                 f"kernel at {MEASURED_ATTENTION_FLOPS_PER_S / 1e12:.0f} of "
+                 f"{MATMUL_FLOPS_PER_S / 1e12:.0f} TFLOP/s (BENCHMARKS.md). Cutting bytes is what moved "
+                 "attention from the bandwidth roof to the compute roof.")
+    return Group(head, Text(""), traffic_table(table_rows), Text(""),
                  compute_table(table_rows, dtype_bytes), Text(""), notes)
 
 
@@ -168,6 +213,7 @@ def plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.loglog(xs, [r.standard * dtype_bytes for r in table_rows], "o-", label="standard: 4sd + 4s²")
     ax.loglog(xs, [r.flash * dtype_bytes for r in table_rows], "s-", label="FlashAttention-2: 2sd + 2·Tr·sd + s")
+    ax.loglog(xs, [r.flash_l2 * dtype_bytes for r in table_rows], "^--", label="FlashAttention-2, K/V from L2: 4sd + s")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [f"{x:,}" for x in xs])
     ax.minorticks_off()

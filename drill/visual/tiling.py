@@ -18,6 +18,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from drill import iocount
+
 FULL, DIAGONAL, SKIP = "full", "diagonal", "skip"
 MAX_DRAWN = 48  # blocks per side; a bigger grid would not fit a terminal line
 MAX_S = 1 << 24
@@ -132,12 +134,12 @@ def flash_traffic(t: Tiling) -> Traffic:
 
 def formula_flash(s: int, d: int, br: int) -> int:
     """The exercise's closed form (no mask): Q once, O once, K and V once per Q block, L once."""
-    return 2 * s * d + 2 * ceil_div(s, br) * s * d + s
+    return iocount.flash_elements(s, d, br)
 
 
 def formula_standard(s: int, d: int) -> int:
     """Read Q, K, V, write O, and S and P each written once and read once."""
-    return 4 * s * d + 4 * s * s
+    return iocount.standard_elements(s, d)
 
 
 @dataclass(frozen=True)
