@@ -1,10 +1,11 @@
 """The reference Triton FlashAttention (drill.kernels.flash_attention).
 
 CPU: small float32 shapes under TRITON_INTERPRET=1 against a float64 reference, through
-both tile paths (tensor descriptors and pointer arithmetic).
+every tile path (host and device tensor descriptors, pointer arithmetic); GQA/MQA, the
+[B, S, H, D] layout, the polynomial exp2 and the fp32 precision rule.
 GPU (marker `gpu`, run by kernels/gpu_suite.py): fp16/bf16 against an fp32 reference with
 FlashAttention's rule (no more than about twice the error of naive attention computed in
-the same precision), every head dim, causal, ragged, determinism.
+the same precision), every head dim, causal, ragged, determinism, GQA, layouts, exact fp32.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") i
 
 
 def reference(q, k, v, causal=False, scale=None, dtype=torch.float64):
-    """Attention with the bottom-right causal mask, in `dtype`; rows with no key give 0 / -inf."""
+    """Attention with the bottom-right causal mask, in `dtype`; rows with no key give 0 / -inf.
+    k and v may have fewer heads than q (GQA): each serves H / Hkv consecutive query heads."""
     q, k, v = (t.to(dtype) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
@@ -127,7 +131,109 @@ def test_cpu_default_scale_and_plain_output():
     assert (o.double() - ref).abs().max().item() < 2e-5
 
 
-@pytest.mark.parametrize("bad", ["dim", "headdim", "dtype", "scale"])
+GQA_CASES = [
+    # B, H, Hkv, Sq, Sk, D, causal, layout
+    (2, 4, 2, 32, 64, 16, True, "bshd"),  # GQA, [B, S, H, D] views, host descriptors
+    (1, 3, 1, 37, 23, 16, True, "bhsd"),  # MQA, ragged, Sq > Sk (rows with no key)
+    (2, 4, 4, 21, 40, 32, False, "bshd"),  # plain MHA through strided views, ragged
+]
+
+
+def _make(shape_bhsd, layout, g):
+    B, H, S, D = shape_bhsd
+    if layout == "bshd":
+        return torch.randn(B, S, H, D, generator=g).transpose(1, 2)
+    return torch.randn(B, H, S, D, generator=g)
+
+
+@pytest.mark.parametrize("case", GQA_CASES, ids=lambda c: "B{}H{}kv{}q{}k{}d{}{}-{}".format(
+    *c[:6], "c" if c[6] else "", c[7]))
+def test_cpu_gqa_and_layouts_match_float64(case, tile_path):
+    B, H, HKV, SQ, SK, D, causal, layout = case
+    g = torch.Generator().manual_seed(H * 100 + HKV)
+    q = _make((B, H, SQ, D), layout, g)
+    k, v = (_make((B, HKV, SK, D), layout, g) for _ in range(2))
+    do = _make((B, H, SQ, D), layout, g)
+    got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    want = _grads(lambda a, b, c: reference(a, b, c, causal), q, k, v, do)
+    for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], got, want):
+        assert x.shape == y.shape, f"{name}: shape {tuple(x.shape)}, want {tuple(y.shape)}"
+        fin = torch.isfinite(y)
+        err = (x.double()[fin] - y.double()[fin]).abs().max().item()
+        assert err < (2e-5 if name in ("o", "lse") else 1e-4), f"{name}: max |flash - float64| = {err:.3g}"
+
+
+def test_cpu_bshd_layout_is_read_in_place_and_kept(monkeypatch):
+    """[B, S, H, D] views give the very numbers of the contiguous layout (same tiles, same order,
+    no copy), and o, dq, dk, dv come back as [B, S, H, D] memory too."""
+    g = torch.Generator().manual_seed(9)
+    B, H, HKV, S, D = 2, 4, 2, 64, 16
+    q = torch.randn(B, S, H, D, generator=g)
+    k, v = (torch.randn(B, S, HKV, D, generator=g) for _ in range(2))
+    do = torch.randn(B, S, H, D, generator=g)
+    views = [t.transpose(1, 2) for t in (q, k, v, do)]
+    contig = [t.contiguous() for t in views]
+    copies = []
+    monkeypatch.setattr(flash_mod, "_last_dim_contiguous", lambda t: copies.append(t) or t)
+    a = _grads(lambda x, y, z: flash_attention(x, y, z, causal=True, return_lse=True), *views)
+    b = _grads(lambda x, y, z: flash_attention(x, y, z, causal=True, return_lse=True), *contig)
+    for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], a, b):
+        assert torch.equal(x, y), f"{name} differs between layouts"
+    for name, x in zip(["o", "dq", "dk", "dv"], (a[0], a[2], a[3], a[4])):
+        assert x.transpose(1, 2).is_contiguous(), f"{name} is not [B, S, H, D] in memory: strides {x.stride()}"
+    assert flash_mod._host_ok(views[0]) and flash_mod._host_ok(views[1])
+
+
+def test_cpu_polynomial_exp2():
+    """_exp2_fma: relative error under 1e-4 down to 2^-120, tiny and finite below, 2^-125 at -inf."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kern(X, Y, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(Y + i, flash_mod._exp2_fma(tl.load(X + i)))
+
+    x = torch.cat([torch.linspace(-130.0, 0.0, 4093), torch.tensor([float("-inf"), -0.0, -1e-30])])
+    y = torch.empty_like(x)
+    kern[(1,)](x, y, N=x.numel())
+    want = torch.exp2(x.double())
+    normal = want > 2.0**-120
+    assert ((y.double() - want) / want)[normal].abs().max().item() < 1e-4
+    assert bool((y[~normal] >= 0).all()) and y[~normal].max().item() < 1e-36
+
+
+@pytest.mark.parametrize("poly", [2, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_forward_with_polynomial_exponentials(poly, causal, monkeypatch):
+    """A half or a quarter of the unmasked exponentials on the FMA path (TF32 allowed, so fp32
+    inputs take it too): errors of the polynomial's size, 1e-4."""
+    monkeypatch.setitem(flash_mod.INTERPRET_CONFIGS, "fwd", {**flash_mod.INTERPRET_CONFIGS["fwd"], "POLY": poly})
+    monkeypatch.setattr(flash_mod, "_tf32_allowed", lambda: True)
+    g = torch.Generator().manual_seed(poly)
+    q, k, v = (torch.randn(2, 2, 64, 32, generator=g) for _ in range(3))
+    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    ref_o, ref_lse = reference(q, k, v, causal)
+    assert (o.double() - ref_o).abs().max().item() < 2e-4
+    assert (lse.double() - ref_lse).abs().max().item() < 2e-4
+
+
+def test_cpu_fp32_precision_follows_pytorch(monkeypatch):
+    """fp32 runs exact ("ieee") unless PyTorch's matmul switch allows TF32, through either API."""
+    from types import SimpleNamespace
+
+    assert flash_mod._dot_precision(torch.bfloat16) == "tf32"  # ignored for 16-bit operands
+    cases = [(dict(fp32_precision="none", allow_tf32=False), "ieee"),
+             (dict(fp32_precision="none", allow_tf32=True), "tf32"),
+             (dict(fp32_precision="tf32", allow_tf32=False), "tf32"),
+             (dict(fp32_precision="ieee", allow_tf32=True), "ieee"),
+             (dict(allow_tf32=True), "tf32")]  # a torch without fp32_precision
+    for switches, want in cases:
+        monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(**switches))
+        assert flash_mod._dot_precision(torch.float32) == want, switches
+
+
+@pytest.mark.parametrize("bad", ["dim", "headdim", "dtype", "scale", "groups"])
 def test_cpu_rejects_bad_arguments(bad):
     q = torch.randn(1, 1, 8, 16)
     k = v = torch.randn(1, 1, 8, 16)
@@ -138,6 +244,8 @@ def test_cpu_rejects_bad_arguments(bad):
             flash_attention(torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24))
         elif bad == "dtype":
             flash_attention(q.double(), k.double(), v.double())
+        elif bad == "groups":  # 3 query heads cannot share 2 key/value heads
+            flash_attention(torch.randn(1, 3, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))
         else:
             flash_attention(q, k, v, sm_scale=-1.0)
 
