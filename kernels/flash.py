@@ -70,17 +70,22 @@ LN2 = 0.6931471805599453
 
 
 @triton.jit
-def _head(base, offset, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
-    """Where one head's [n_rows, D] matrix is read: (source, first row, first column); the
-    row and column matter in MODE 2 only (module docstring)."""
+def _tile_source(base, offset, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
+    """What tiles of one head's [n_rows, D] matrix are read through (MODE: module docstring)."""
     if MODE == 1:
-        desc = tl.make_tensor_descriptor(base + offset, shape=[n_rows, D], strides=[stride_row, 1],
+        return tl.make_tensor_descriptor(base + offset, shape=[n_rows, D], strides=[stride_row, 1],
                                          block_shape=[BLOCK, D])
-        return desc, 0, 0
     elif MODE == 2:
-        return base, (offset // stride_row).to(tl.int32), (offset % stride_row).to(tl.int32)
+        return base  # a host descriptor over the tensor's [rows, row stride] view
     else:
-        return base + offset, 0, 0
+        return base + offset
+
+
+@triton.jit
+def _origin(offset, stride_row):
+    """(row, column) where a head starting at element `offset` begins in a [rows, stride_row]
+    view; used by MODE 2 only (and optimised away otherwise)."""
+    return (offset // stride_row).to(tl.int32), (offset % stride_row).to(tl.int32)
 
 
 @triton.jit
@@ -227,10 +232,18 @@ def _fwd_kernel(Q, K, V, O, LSE,
     hk = h // G  # the key/value head of this query head's group
     start_m = pid_m * BLOCK_M
 
-    q_src, q_r0, q_c0 = _head(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
-    k_src, k_r0, k_c0 = _head(K, b * skb + hk * skh, SK, sks, BLOCK_N, D, MODE)
-    v_src, v_r0, v_c0 = _head(V, b * svb + hk * svh, SK, svs, BLOCK_N, D, MODE)
-    o_src, o_r0, o_c0 = _head(O, b * sob + h * soh, SQ, sos, BLOCK_M, D, MODE)
+    q_off = b * sqb + h * sqh
+    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+    q_r0, q_c0 = _origin(q_off, sqs)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
+    o_off = b * sob + h * soh
+    o_src = _tile_source(O, o_off, SQ, sos, BLOCK_M, D, MODE)
+    o_r0, o_c0 = _origin(o_off, sos)
 
     rows = start_m + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -328,10 +341,18 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
     G = H // HKV
     start_n = pid_n * BLOCK_N
 
-    k_src, k_r0, k_c0 = _head(K, b * skb + hk * skh, SK, sks, BLOCK_N, D, MODE)
-    v_src, v_r0, v_c0 = _head(V, b * svb + hk * svh, SK, svs, BLOCK_N, D, MODE)
-    dk_src, dk_r0, dk_c0 = _head(DK, b * sdkb + hk * sdkh, SK, sdks, BLOCK_N, D, MODE)
-    dv_src, dv_r0, dv_c0 = _head(DV, b * sdvb + hk * sdvh, SK, sdvs, BLOCK_N, D, MODE)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
+    dk_off = b * sdkb + hk * sdkh
+    dk_src = _tile_source(DK, dk_off, SK, sdks, BLOCK_N, D, MODE)
+    dk_r0, dk_c0 = _origin(dk_off, sdks)
+    dv_off = b * sdvb + hk * sdvh
+    dv_src = _tile_source(DV, dv_off, SK, sdvs, BLOCK_N, D, MODE)
+    dv_r0, dv_c0 = _origin(dv_off, sdvs)
 
     k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
     v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
@@ -352,8 +373,12 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
     # the query heads of this group, one after the other: a fixed summation order
     for g in range(G):
         h = hk * G + g
-        q_src, q_r0, q_c0 = _head(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
-        do_src, do_r0, do_c0 = _head(DO, b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, MODE)
+        q_off = b * sqb + h * sqh
+        q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+        q_r0, q_c0 = _origin(q_off, sqs)
+        do_off = b * sdob + h * sdoh
+        do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
+        do_r0, do_c0 = _origin(do_off, sdos)
         lse2_ptr = LSE2 + (b * H + h) * SQ
         delta_ptr = DELTA + (b * H + h) * SQ
         if CAUSAL:
@@ -405,11 +430,21 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
     hk = h // G
     start_m = pid_m * BLOCK_M
 
-    q_src, q_r0, q_c0 = _head(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
-    do_src, do_r0, do_c0 = _head(DO, b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, MODE)
-    dq_src, dq_r0, dq_c0 = _head(DQ, b * sdqb + h * sdqh, SQ, sdqs, BLOCK_M, D, MODE)
-    k_src, k_r0, k_c0 = _head(K, b * skb + hk * skh, SK, sks, BLOCK_N, D, MODE)
-    v_src, v_r0, v_c0 = _head(V, b * svb + hk * svh, SK, svs, BLOCK_N, D, MODE)
+    q_off = b * sqb + h * sqh
+    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+    q_r0, q_c0 = _origin(q_off, sqs)
+    do_off = b * sdob + h * sdoh
+    do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
+    do_r0, do_c0 = _origin(do_off, sdos)
+    dq_off = b * sdqb + h * sdqh
+    dq_src = _tile_source(DQ, dq_off, SQ, sdqs, BLOCK_M, D, MODE)
+    dq_r0, dq_c0 = _origin(dq_off, sdqs)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
 
     rows = start_m + tl.arange(0, BLOCK_M)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)

@@ -255,6 +255,8 @@ def test_cpu_rejects_bad_arguments(bad):
 
 def _naive_low_precision(q, k, v, causal, scale):
     """Plain matmul-softmax-matmul in the inputs' dtype (softmax in fp32, as FlashAttention's tests do)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     sq, sk = q.shape[-2], k.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
@@ -363,7 +365,107 @@ def test_gpu_non_contiguous_and_fp32(monkeypatch):
     k = torch.randn(2, 4, 64, 300, device="cuda", dtype=torch.float16, generator=g).transpose(2, 3)
     v = torch.randn(2, 4, 300, 64, device="cuda", dtype=torch.float16, generator=g)
     o = flash_attention(q, k, v, causal=True)
-    ref, _ = reference(q, k, v, True, dtype=torch.float32)
-    assert (o.float() - ref).abs().max().item() < 5e-3
-    o32 = flash_attention(q.float(), k.float(), v.float(), causal=True)  # tf32 matmuls
-    assert (o32 - ref).abs().max().item() < 5e-3
+    ref, _ = reference(q, k, v, True)
+    assert (o.double() - ref).abs().max().item() < 5e-3
+    o32 = flash_attention(q.float(), k.float(), v.float(), causal=True)  # exact fp32 by default
+    assert (o32.double() - ref).abs().max().item() < 2e-5
+
+
+def _gpu_inputs(B, H, HKV, SQ, SK, D, dtype, layout, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+    def make(h, s):
+        if layout == "bshd":
+            return torch.randn(B, s, h, D, device="cuda", dtype=dt, generator=g).transpose(1, 2)
+        return torch.randn(B, h, s, D, device="cuda", dtype=dt, generator=g)
+
+    return make(H, SQ), make(HKV, SK), make(HKV, SK), make(H, SQ)
+
+
+GQA_GPU_CASES = [(d, hkv, c, lay) for d in (64, 128) for hkv in (2, 1) for c in (False, True)
+                 for lay in ("bhsd", "bshd")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,hkv,causal,layout", GQA_GPU_CASES, ids=lambda x: str(x))
+def test_gpu_gqa_fa_rule(d, hkv, causal, layout, monkeypatch):
+    """GQA (8 query heads on 2 key/value heads) and MQA (on 1), both layouts, bf16, ragged Sk."""
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    q, k, v, do = _gpu_inputs(2, 8, hkv, 1024, 1000 if causal else 1024, d, "bfloat16", layout, d + hkv)
+    scale = 1 / math.sqrt(d)
+    ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
+    assert ours[3].shape == k.shape and ours[4].shape == v.shape
+    for i, name in enumerate(["o", "lse", "dq", "dk", "dv"]):
+        if name == "lse":
+            fin = torch.isfinite(ref[1])
+            assert (ours[1][fin] - ref[1][fin]).abs().max().item() < 1e-2
+            continue
+        _fa_rule(name, ours[i], naive[i], ref[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("seq", [1024, 1000])
+def test_gpu_bshd_layout_matches_contiguous_bitwise(d, seq, monkeypatch):
+    """[B, S, H, D] views (host descriptors at S = 1024, device descriptors at the ragged 1000)
+    give bitwise the contiguous layout's results, and keep their layout in o and the grads."""
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    views = _gpu_inputs(2, 8, 2, seq, seq, d, "bfloat16", "bshd", d)
+    contig = [t.contiguous() for t in views]
+    assert flash_mod._tile_modes(*views) == (1, True)  # MODE 2 where the blocks divide S
+    for causal in (False, True):
+        a = _grads(lambda x, y, z: flash_attention(x, y, z, causal=causal, return_lse=True), *views)
+        b = _grads(lambda x, y, z: flash_attention(x, y, z, causal=causal, return_lse=True), *contig)
+        for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], a, b):
+            assert torch.equal(x, y), f"causal={causal}: {name} differs between layouts"
+        for name, x in zip(["o", "dq", "dk", "dv"], (a[0], a[2], a[3], a[4])):
+            assert x.transpose(1, 2).is_contiguous(), f"{name} strides {x.stride()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_fp32_is_exact_unless_tf32_allowed(causal, monkeypatch):
+    """fp32 inputs: errors of fp32 rounding (~1e-6) by default; TF32 (~1e-3) only when allowed."""
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    q, k, v, do = _gpu_inputs(2, 4, 2, 512, 512, 64, torch.float32, "bhsd", 21)
+    ref = _grads(lambda a, b, c: reference(a, b, c, causal), q, k, v, do)
+    exact = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    monkeypatch.setattr(flash_mod, "_tf32_allowed", lambda: True)
+    tf32 = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    for name, x, y, z in zip(["o", "lse", "dq", "dk", "dv"], exact, tf32, ref):
+        e_exact = (x.double() - z).abs().max().item()
+        e_tf32 = (y.double() - z).abs().max().item()
+        assert e_exact < 2e-5, f"{name}: exact fp32 error {e_exact:.3g}"
+        assert e_tf32 < 2e-2, f"{name}: tf32 error {e_tf32:.3g}"
+        if name == "o":
+            assert e_tf32 > 4 * e_exact, f"TF32 allowed but error {e_tf32:.3g} is not above exact {e_exact:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("poly", [2, 4])
+def test_gpu_polynomial_exp2_configs(d, poly, monkeypatch):
+    """The forward with a half or a quarter of the exponentials on the FMA units, both masks."""
+    g = torch.Generator(device="cuda").manual_seed(poly)
+    q, k, v = (torch.randn(2, 4, 1024, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    cfg = dict(flash_mod._candidates("fwd", d)[0], POLY=poly)
+    monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", {"fwd": cfg})
+    for causal in (False, True):
+        ref, ref_lse = reference(q, k, v, causal, dtype=torch.float32)
+        naive, _ = _naive_low_precision(q, k, v, causal, 1 / math.sqrt(d))
+        o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+        _fa_rule(f"o (POLY={poly}, causal={causal})", o, naive, ref)
+        assert (lse - ref_lse).abs().max().item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_gqa_backward_is_deterministic(monkeypatch):
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    q, k, v, do = _gpu_inputs(2, 8, 2, 1536, 1536, 128, "bfloat16", "bshd", 5)
+    first = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+    again = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+    for x, y in zip(first, again):
+        assert torch.equal(x, y)
