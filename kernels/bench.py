@@ -403,7 +403,7 @@ def fp32_accuracy(ds=(64,), b: int = 2, h: int = 8, s: int = 2048, causals=(Fals
                     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
                     o = fn(qg, kg, vg, causal, scale)
                     grads = torch.autograd.grad(o, (qg, kg, vg), do)
-                    errs = [float((x.double() - y).abs().max()) for x, y in zip((o, *grads), (o64, *g64))]
+                    errs = [float((x.double() - y).abs().max()) for x, y in zip((o.detach(), *grads), (o64.detach(), *g64))]
                     ms, _ = _time_impl(fn, q, k, v, causal, scale, "fwd", None)
                     tf = flops(b, h, s, d, causal, "fwd") / ms * 1e-9
                     rows.append({"d": d, "causal": causal, "impl": label, "errors": errs, "tflops": tf})

@@ -10,12 +10,15 @@ back at most eight:
     results.json  every step's status, seconds and data
     pytest.log    the full output of `pytest -m gpu tests`
     flex_warm.log FlexAttention compiled ahead in a background process (flash_bench)
+    features.json the flash_features step's rows (GQA, layouts, fp32, pinned variants)
     (steps may add one file of their own, e.g. sweep.json)
 
 Usage:
     python kernels/gpu_suite.py                       # default steps
     python kernels/gpu_suite.py --steps env,tests     # only these, in this order
     python kernels/gpu_suite.py --skip flash_bench --no-flex --quick
+    python kernels/gpu_suite.py --steps env,tests,flash_features,flash_bench \
+        --tests tests/test_kernel_flash.py --no-flex --impls ours,cudnn,flash   # the kernel alone
 
 To add a step: write `def step_name(ctx) -> StepResult`, then add ("name", step_name,
 default_on) to STEPS. Keep heavy imports (torch, triton) inside the step.
@@ -195,7 +198,7 @@ def step_flash_bench(ctx: Context) -> StepResult:
             f"TFLOP/s from do_bench medians.")
     chosen = flash.tuned_configs()
     cfg_md = "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
-    md = f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype tma Sq-bucket Sk-bucket):\n\n{cfg_md}"
+    md = f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype dot-precision tile-mode host-descriptors H/Hkv Sq-bucket Sk-bucket):\n\n{cfg_md}"
     ratios = [(r, r.get("ours/cudnn")) for r in rows if r.get("ours/cudnn")]
     worst = min(ratios, key=lambda x: x[1]) if ratios else None
     summary = f"{len(rows)} rows" + (f"; lowest ours/cuDNN {worst[1]:.2f} (D={worst[0]['d']} S={worst[0]['s']} "
