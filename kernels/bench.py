@@ -253,12 +253,282 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- features (issue 16)
+#
+# GQA against SDPA's enable_gqa, the [B, S, H, D] layout against [B, H, S, D], fp32 accuracy,
+# and forward variants pinned side by side (polynomial exp2, short-causal tiles). Each
+# function returns (rows, markdown).
+
+
+def _inputs(b, h, hkv, s, d, dtype, layout, seed):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def make(heads):
+        if layout == "bshd":
+            return torch.randn(b, s, heads, d, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+        return torch.randn(b, heads, s, d, device="cuda", dtype=dtype, generator=g)
+
+    return make(h), make(hkv), make(hkv)
+
+
+def _sdpa_gqa(backend):
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal, scale):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+    return run
+
+
+def bench_gqa(ds=(64, 128), s: int = 4096, hq: int = 32, hkv: int = 8, tokens: int = 16384, causals=(False, True),
+              passes=("fwd", "bwd"), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Hq query heads on Hkv key/value heads: ours against SDPA cuDNN and FLASH with enable_gqa=True."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash_attention
+
+    impls = {"ours": lambda q, k, v, c, sc: flash_attention(q, k, v, causal=c, sm_scale=sc),
+             "cudnn": _sdpa_gqa(SDPBackend.CUDNN_ATTENTION), "flash": _sdpa_gqa(SDPBackend.FLASH_ATTENTION)}
+    rows = []
+    for d in ds:
+        b = max(1, tokens // s)
+        q, k, v = _inputs(b, hq, hkv, s, d, torch.bfloat16, "bhsd", 77 + d)
+        scale = 1.0 / math.sqrt(d)
+        for causal in causals:
+            with torch.no_grad():
+                ref_o = impls["flash"](q, k, v, causal, scale).float()
+            for pass_ in passes:
+                row = {"d": d, "s": s, "b": b, "h": hq, "hkv": hkv, "causal": causal, "pass": pass_,
+                       "ms": {}, "tflops": {}, "max_err_vs_sdpa": {}, "errors": {}}
+                for name, fn in impls.items():
+                    try:
+                        ms, err = _time_impl(fn, q, k, v, causal, scale, pass_, ref_o)
+                        row["ms"][name], row["tflops"][name] = ms, flops(b, hq, s, d, causal, pass_) / ms * 1e-9
+                        if not math.isnan(err):
+                            row["max_err_vs_sdpa"][name] = err
+                    except Exception as exc:
+                        row["errors"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                for base in ("cudnn", "flash"):
+                    if "ours" in row["tflops"] and base in row["tflops"]:
+                        row[f"ours/{base}"] = row["tflops"]["ours"] / row["tflops"][base]
+                rows.append(row)
+                log("gqa " + format_row(row, list(impls)) + f" err={row['max_err_vs_sdpa']} {row['errors']}")
+    md = (f"GQA, Hq/Hkv = {hq}/{hkv}, bf16, B·S = {tokens} tokens; SDPA with enable_gqa=True; FLOPs count the "
+          f"{hq} query heads.\n\n" + to_markdown(rows))
+    errs = [f"{r['d']}/{'causal' if r['causal'] else 'none'}/{r['pass']}: {r['errors']}" for r in rows if r["errors"]]
+    if errs:
+        md += "\n\nBackends that refused a case: " + "; ".join(errs)
+    return rows, md
+
+
+def bench_layouts(ds=(64, 128), s: int = 4096, tokens: int = 16384, causals=(False, True), passes=("fwd", "bwd"),
+                  log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Ours and cuDNN on [B, H, S, D] tensors and on [B, S, H, D] memory passed as .transpose(1, 2)."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash_attention
+
+    ours = lambda q, k, v, c, sc: flash_attention(q, k, v, causal=c, sm_scale=sc)  # noqa: E731
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    rows = []
+    lines = ["| D | S | B×H | mask | pass | ours [B,H,S,D] | ours [B,S,H,D] | ours S-major / H-major | "
+             "cuDNN [B,H,S,D] | cuDNN [B,S,H,D] | ours / cuDNN, [B,S,H,D] |", "|" + "---|" * 11]
+    for d in ds:
+        h = HEADS.get(d, 16)
+        b = max(1, tokens // s)
+        data = {lay: _inputs(b, h, h, s, d, torch.bfloat16, lay, 99 + d) for lay in ("bhsd", "bshd")}
+        scale = 1.0 / math.sqrt(d)
+        for causal in causals:
+            for pass_ in passes:
+                t = {}
+                for lay, (q, k, v) in data.items():
+                    for name, fn in (("ours", ours), ("cudnn", cudnn)):
+                        try:
+                            ms, _ = _time_impl(fn, q, k, v, causal, scale, pass_, None)
+                            t[(name, lay)] = flops(b, h, s, d, causal, pass_) / ms * 1e-9
+                        except Exception as exc:
+                            log(f"layout {name} {lay}: {type(exc).__name__}: {exc}")
+                row = {"d": d, "s": s, "b": b, "h": h, "causal": causal, "pass": pass_,
+                       "tflops": {f"{n}_{lay}": x for (n, lay), x in t.items()}}
+                rows.append(row)
+                f = lambda key: f"{t[key]:.0f}" if key in t else "—"  # noqa: E731
+                r = lambda a, c: f"{t[a] / t[c]:.3f}" if a in t and c in t else "—"  # noqa: E731
+                lines.append(f"| {d} | {s // 1024}k | {b}×{h} | {'causal' if causal else 'none'} | {pass_} | "
+                             f"{f(('ours', 'bhsd'))} | {f(('ours', 'bshd'))} | {r(('ours', 'bshd'), ('ours', 'bhsd'))} | "
+                             f"{f(('cudnn', 'bhsd'))} | {f(('cudnn', 'bshd'))} | {r(('ours', 'bshd'), ('cudnn', 'bshd'))} |")
+                log(lines[-1])
+    return rows, "\n".join(lines)
+
+
+def fp32_accuracy(ds=(64,), b: int = 2, h: int = 8, s: int = 2048, causals=(False, True),
+                  log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """fp32 inputs: max |error| against float64 (o and the three gradients) and forward TFLOP/s, for
+    ours exact (PyTorch's default), ours with TF32 allowed, SDPA EFFICIENT (the fp32 SDPA backend)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention
+
+    def efficient(q, k, v, c, sc):
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=c, scale=sc)
+
+    ours = lambda q, k, v, c, sc: flash_attention(q, k, v, causal=c, sm_scale=sc)  # noqa: E731
+    rows = []
+    lines = ["| D | B×H×S | mask | implementation | max err o | max err dq | max err dk | max err dv | fwd TFLOP/s |",
+             "|" + "---|" * 9]
+    real_tf32, real_prec = fl._tf32_allowed, fl._dot_precision
+    for d in ds:
+        q, k, v = _inputs(b, h, h, s, d, torch.float32, "bhsd", 5 + d)
+        do = torch.randn_like(q)
+        scale = 1.0 / math.sqrt(d)
+        for causal in causals:
+            q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
+            sc = (q64 @ k64.transpose(-1, -2)) * scale
+            if causal:
+                sc = sc.masked_fill(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+            o64 = torch.softmax(sc, -1) @ v64
+            g64 = torch.autograd.grad(o64, (q64, k64, v64), do.double())
+            for label, fn, tf32 in (("ours, exact fp32 (default)", ours, False), ("ours, TF32 allowed", ours, True),
+                                    ("ours, 3xTF32 (tf32x3; not wired to any setting)", ours, "x3"),
+                                    ("SDPA EFFICIENT", efficient, False)):
+                fl._tf32_allowed = (lambda: True) if tf32 is True else real_tf32
+                if tf32 == "x3":
+                    fl._dot_precision = lambda dtype: "tf32x3" if dtype == torch.float32 else "tf32"
+                try:
+                    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+                    o = fn(qg, kg, vg, causal, scale)
+                    grads = torch.autograd.grad(o, (qg, kg, vg), do)
+                    errs = [float((x.double() - y).abs().max()) for x, y in zip((o.detach(), *grads), (o64.detach(), *g64))]
+                    ms, _ = _time_impl(fn, q, k, v, causal, scale, "fwd", None)
+                    tf = flops(b, h, s, d, causal, "fwd") / ms * 1e-9
+                    rows.append({"d": d, "causal": causal, "impl": label, "errors": errs, "tflops": tf})
+                    lines.append(f"| {d} | {b}×{h}×{s} | {'causal' if causal else 'none'} | {label} | "
+                                 + " | ".join(f"{e:.2e}" for e in errs) + f" | {tf:.1f} |")
+                except Exception as exc:
+                    lines.append(f"| {d} | {b}×{h}×{s} | {'causal' if causal else 'none'} | {label} | "
+                                 f"failed: {type(exc).__name__}: {str(exc)[:100]} |||||")
+                finally:
+                    fl._tf32_allowed, fl._dot_precision = real_tf32, real_prec
+                log(lines[-1])
+    return rows, "\n".join(lines)
+
+
+def variant_configs(d: int) -> dict[str, dict]:
+    """Forward variants timed side by side (kernels/NOTES.md, v4 and v5): the default tile with
+    none, a half or a quarter of the exponentials on the FMA units, and other tiles for short
+    causal sequences."""
+    from drill.kernels import flash as fl
+
+    base = fl._candidates("fwd", d)[0]
+    out = {"default": base, "poly 1/2": {**base, "POLY": 2}, "poly 1/4": {**base, "POLY": 4}}
+    for bm, bn, w, st in ((64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 4, 2), (64, 128, 4, 2), (128, 128, 8, 2),
+                          (128, 32, 4, 3), (64, 32, 4, 3)):
+        out[f"{bm}x{bn} w{w} s{st}"] = fl._f(bm, bn, w, st)
+    return out
+
+
+def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Pinned forward configs against cuDNN in one run: the exp2 split at S = 4k and 16k (both
+    masks), and every tile at S = 1k causal, where the grid is short."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    rows = []
+    lines = ["| D | S | mask | variant | ours TFLOP/s | cuDNN TFLOP/s | ours / cuDNN | max err vs cuDNN |",
+             "|" + "---|" * 8]
+    for d in ds:
+        h = HEADS.get(d, 16)
+        variants = variant_configs(d)
+        for s, causal, names in ((4096, False, ("default", "poly 1/2", "poly 1/4")),
+                                 (4096, True, ("default", "poly 1/2", "poly 1/4")),
+                                 (16384, False, ("default", "poly 1/2", "poly 1/4")),
+                                 (1024, True, tuple(n for n in variants if "poly" not in n))):
+            b = max(1, tokens // s)
+            q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
+            scale = 1.0 / math.sqrt(d)
+            fl_ = flops(b, h, s, d, causal, "fwd")
+            with torch.no_grad():
+                ref = cudnn(q, k, v, causal, scale).float()
+                base_tf = fl_ / _median_ms(lambda: cudnn(q, k, v, causal, scale)) * 1e-9
+            if s == 1024:  # the tuner's pick, eager and replayed from a CUDA graph: how much is host time?
+                for label, graph in (("tuned, eager", False), ("tuned, CUDA graph", True)):
+                    try:
+                        fn = lambda: flash_attention(q, k, v, causal=causal, sm_scale=scale)  # noqa: E731
+                        with torch.no_grad():
+                            ms = _graph_ms(fn) if graph else (fn(), _median_ms(fn))[1]
+                        tf = fl_ / ms * 1e-9
+                        rows.append({"d": d, "s": s, "causal": causal, "variant": label, "tflops": tf, "cudnn": base_tf})
+                        lines.append(f"| {d} | 1k | {'causal' if causal else 'none'} | {label} | {tf:.0f} | "
+                                     f"{base_tf:.0f} | {tf / base_tf:.2f} | — |")
+                    except Exception as exc:
+                        lines.append(f"| {d} | 1k | causal | {label} | failed: {type(exc).__name__} ||||")
+                    log(lines[-1])
+            seen = set()
+            for name in names:
+                cfg = variants[name]
+                key = json.dumps(cfg, sort_keys=True)
+                if key in seen:
+                    continue
+                seen.add(key)
+                fl.FORCED_CONFIGS.clear()
+                fl.FORCED_CONFIGS["fwd"] = cfg
+                try:
+                    ms, err = _time_impl(lambda q_, k_, v_, c, sc: flash_attention(q_, k_, v_, causal=c, sm_scale=sc),
+                                         q, k, v, causal, scale, "fwd", ref)
+                    tf = fl_ / ms * 1e-9
+                    rows.append({"d": d, "s": s, "causal": causal, "variant": name, "cfg": cfg, "tflops": tf,
+                                 "cudnn": base_tf, "err": err})
+                    lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {name} | {tf:.0f} | "
+                                 f"{base_tf:.0f} | {tf / base_tf:.2f} | {err:.2e} |")
+                except Exception as exc:
+                    lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {name} | failed: "
+                                 f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''} ||||")
+                finally:
+                    fl.FORCED_CONFIGS.clear()
+                log(lines[-1])
+    return rows, "\n".join(lines)
+
+
+def _graph_ms(fn: Callable) -> float:
+    """Median ms of fn replayed from a CUDA graph (no Python or launch overhead between runs)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _median_ms(graph.replay)
+
+
+def variant_jobs(ds=(64, 128)) -> list[tuple]:
+    """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
+    return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()
+            for causal in ((False, True) if "poly" in name or name == "default" else (True,))]
+
+
 # --------------------------------------------------------------------------- config sweep
 
 SWEEP_SPACE = {
-    "fwd": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPEC=False, PREFETCH=pf)
+    "fwd": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, PREFETCH=pf, POLY=poly)
             for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for st in (2, 3) for pf in (False, True)
-            if not (bm == 64 and w == 8)],
+            for poly in (0, 4) if not (bm == 64 and w == 8)],
     "bwd_kv": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
                for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for st in (2, 3)],
     "bwd_q": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
@@ -314,15 +584,17 @@ def _precompile_worker(jobs):
 
 
 def precompile_candidates(ds=(64, 128), causals=(False, True), dtype="bfloat16", workers: int = 12,
-                          log: Callable[[str], None] = print) -> None:
+                          log: Callable[[str], None] = print, extra: tuple = ()) -> None:
     """Compile every candidate config the tuner may try, in parallel processes (Triton's disk
-    cache keeps them), so the serial tuning inside the benchmark only times."""
+    cache keeps them), so the serial tuning inside the benchmark only times. extra: more
+    (kind, cfg, d, causal) to compile, e.g. the variants a benchmark pins."""
     import multiprocessing as mp
 
     from drill.kernels import flash as fl
 
     jobs = [(kind, cfg, d, 4096, causal, 16384, dtype)
             for kind in ("fwd", "bwd_kv", "bwd_q") for d in ds for causal in causals for cfg in fl._candidates(kind, d)]
+    jobs += [(kind, cfg, d, 4096, causal, 16384, dtype) for kind, cfg, d, causal in extra]
     t0 = time.time()
     chunks = [jobs[i::workers] for i in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
@@ -374,7 +646,7 @@ def sweep_configs(ds=(64, 128), seqs=(16384,), causals=(False, True), kinds=("fw
 
 def _cfg_str(cfg: dict) -> str:
     s = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}w{cfg['num_warps']}s{cfg['num_stages']}"
-    return s + ("ws" if cfg.get("WARP_SPEC") else "") + ("pf" if cfg.get("PREFETCH") else "")
+    return s + ("pf" if cfg.get("PREFETCH") else "") + (f"poly{cfg['POLY']}" if cfg.get("POLY") else "")
 
 
 def main(argv=None) -> int:

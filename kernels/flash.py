@@ -1,7 +1,16 @@
-"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask.
+"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask, GQA.
 
-Shapes: q [B, H, Sq, D], k and v [B, H, Sk, D], any strides (a tensor whose last dimension
-is not contiguous is copied once). D is a power of two from 16 to 256.
+Shapes: q [B, H, Sq, D]; k and v [B, Hkv, Sk, D] with Hkv dividing H (grouped-query
+attention: query head h reads key/value head h // (H / Hkv); Hkv = 1 is multi-query).
+Any strides with a contiguous last dimension are read in place: in particular the
+[B, S, H, D] layout most models hold, passed as `x.transpose(1, 2)`, is not copied, and the
+output and the gradients come back in the layout of the input they belong to (o and dq
+like q, dk like k, dv like v). A tensor whose last dimension is not contiguous is copied
+once. D is a power of two from 16 to 256.
+
+Precision: fp16 and bf16 run their matmuls on the tensor cores with fp32 accumulation.
+fp32 follows PyTorch's rule for matmuls: full fp32 ("ieee") unless
+torch.backends.cuda.matmul allows TF32 (allow_tf32 = True or fp32_precision = "tf32").
 
 Forward (one program per (query block, batch*head)):
     Q_i [BLOCK_M, D] stays in registers; K_j, V_j [BLOCK_N, D] stream past it.
@@ -11,24 +20,31 @@ Forward (one program per (query block, batch*head)):
     o = acc / l;  lse = (m + log2 l) * ln 2     # the saved statistic, natural log
   The key loop runs in two stages: blocks every row of the query block sees in full (no
   mask arithmetic), then the few blocks on the causal diagonal or past the ragged end of K,
-  where scores are masked to -inf.
+  where scores are masked to -inf. In the first stage a fraction of the exponentials (the
+  launch config's POLY: none, a half or a quarter of the columns) may be computed by a
+  polynomial on the FMA units instead of the special-function unit (FlashAttention-4's
+  trick; kernels/NOTES.md has the arithmetic). Exact fp32 never uses it.
 
 Causal masking is aligned to the bottom right (FlashAttention >= 2.1): query i sees key j
 iff j <= i + Sk - Sq. A row that sees no key gets o = 0, lse = -inf and zero gradients.
 
 Backward (deterministic: every output element is written by exactly one program):
     preprocess: delta_i = rowsum(dO_i * O_i) - dlse_i; lse2 = lse * log2(e) (+inf if empty)
-    dK/dV pass: one program per key block, looping over query blocks:
+    dK/dV pass: one program per (key block, key/value head), looping over the query heads
+      of its group and, for each, over query blocks (so a group's sum has a fixed order):
         p^T = 2^(K Q^T * scale*log2e - lse2);  dV += p^T dO;  dp^T = V dO^T
         ds^T = p^T (dp^T - delta);  dK += ds^T Q * scale
     dQ pass: one program per query block, looping over key blocks:
         p = 2^(Q K^T * scale*log2e - lse2);  dp = dO V^T;  ds = p (dp - delta);  dQ += ds K * scale
 
 Three ways of moving tiles, picked at launch by the constexpr MODE:
-  2 host tensor descriptors over the [B*H*S, D] rows of every head (the fast Hopper path:
-    TMA bulk copies, nothing to set up per program); used when each tensor's rows are
-    evenly spaced and the block sizes divide Sq and Sk, so no tile crosses into a
-    neighbouring head.
+  2 host tensor descriptors, one per tensor, over a 2-D [rows, row stride] view of its
+    memory; head (b, h) starts at element offset b*stride_b + h*stride_h, i.e. at row
+    offset // row_stride and column offset % row_stride. That covers the contiguous
+    [B, H, S, D] layout (column 0, rows b*H*S + h*S) and [B, S, H, D] (rows b*S, column
+    h*D) alike. Used when every head's columns fit inside one row stride and the block
+    sizes divide Sq and Sk, so no tile crosses into a neighbouring head (the fast Hopper
+    path: TMA bulk copies, nothing to set up per program).
   1 tensor descriptors built in the kernel per head (tl.make_tensor_descriptor): TMA as
     well; out-of-range rows read as zero and are never written, so ragged blocks are safe.
   0 plain pointer arithmetic with masked loads: any CUDA GPU, odd alignments.
@@ -60,18 +76,25 @@ def _tile_source(base, offset, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.co
         return tl.make_tensor_descriptor(base + offset, shape=[n_rows, D], strides=[stride_row, 1],
                                          block_shape=[BLOCK, D])
     elif MODE == 2:
-        return base  # a host descriptor over all heads' rows, [B*H*n_rows, D]
+        return base  # a host descriptor over the tensor's [rows, row stride] view
     else:
         return base + offset
 
 
 @triton.jit
-def _load_rows(src, head_row0, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
+def _origin(offset, stride_row):
+    """(row, column) where a head starting at element `offset` begins in a [rows, stride_row]
+    view; used by MODE 2 only (and optimised away otherwise)."""
+    return (offset // stride_row).to(tl.int32), (offset % stride_row).to(tl.int32)
+
+
+@triton.jit
+def _load_rows(src, r0, c0, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
     """Rows [row0, row0 + BLOCK) of one head, zeros past n_rows. -> [BLOCK, D]"""
     if MODE == 1:
         return src.load([row0, 0])
     elif MODE == 2:
-        return src.load([head_row0 + row0, 0])
+        return src.load([r0 + row0, c0])
     else:
         rows = row0 + tl.arange(0, BLOCK)
         ptrs = src + rows[:, None] * stride_row + tl.arange(0, D)[None, :]
@@ -79,29 +102,68 @@ def _load_rows(src, head_row0, row0, n_rows, stride_row, BLOCK: tl.constexpr, D:
 
 
 @triton.jit
-def _store_rows(dst, head_row0, row0, n_rows, stride_row, x, BLOCK: tl.constexpr, D: tl.constexpr,
+def _store_rows(dst, r0, c0, row0, n_rows, stride_row, x, BLOCK: tl.constexpr, D: tl.constexpr,
                 MODE: tl.constexpr):
     """Write x [BLOCK, D] to rows [row0, row0 + BLOCK), dropping rows past n_rows."""
     if MODE == 1:
         dst.store([row0, 0], x)
     elif MODE == 2:
-        dst.store([head_row0 + row0, 0], x)
+        dst.store([r0 + row0, c0], x)
     else:
         rows = row0 + tl.arange(0, BLOCK)
         ptrs = dst + rows[:, None] * stride_row + tl.arange(0, D)[None, :]
         tl.store(ptrs, x, mask=rows[:, None] < n_rows)
 
 
+@triton.jit
+def _exp2_fma(x):
+    """2^x for x <= 0 without the special-function unit (FlashAttention-4's trick).
+
+    Adding 1.5 * 2^23 rounds x to an integer j held in the low mantissa bits of t; 2^f for
+    f = x - j in [-0.5, 0.5] is a degree-3 minimax polynomial (relative error 7.5e-5, below
+    the rounding of P to bf16 or fp16); shifting t's bits left by 23 leaves j << 23, which
+    added to the polynomial's bits scales it by 2^j. x is clamped at -125 so the result
+    stays a normal number (2^-125 where the hardware would give 0: harmless beside l >= 1).
+    """
+    x = tl.maximum(x, -125.0)
+    t = x + 12582912.0
+    j = t - 12582912.0
+    f = x - j
+    p = ((0.05517143 * f + 0.24261081) * f + 0.69326097) * f + 0.9999281
+    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.constexpr):
+    """2^x of a score tile, 1/POLY of its columns through _exp2_fma (POLY = 0: none).
+
+    The columns are picked so each thread keeps its own elements: Hopper's matmul result
+    gives a thread pairs of adjacent columns, so splitting off the odd columns is a
+    relabelling of registers; for a quarter the odd columns are split again by the parity
+    of their 8-column group, which a thread also holds both of."""
+    if POLY == 0:
+        return tl.math.exp2(x)
+    a, b = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_N // 2, 2]))
+    if POLY == 2:
+        eb = _exp2_fma(b)
+    else:
+        b0, b1 = tl.split(tl.permute(tl.reshape(b, [BLOCK_M, BLOCK_N // 16, 2, 4]), (0, 1, 3, 2)))
+        eb = tl.reshape(tl.permute(tl.join(tl.math.exp2(b0), _exp2_fma(b1)), (0, 1, 3, 2)),
+                        [BLOCK_M, BLOCK_N // 2])
+    return tl.reshape(tl.join(tl.math.exp2(a), eb), [BLOCK_M, BLOCK_N])
+
+
 # --------------------------------------------------------------------------- forward
 
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
-               BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               MODE: tl.constexpr, WARP_SPEC: tl.constexpr):
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
-        k = _load_rows(k_src, k_row0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
-        qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N], fp32
+def _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+               CAUSAL: tl.constexpr, MODE: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
+        qk = tl.dot(q, tl.trans(k), input_precision=PREC)  # [BLOCK_M, BLOCK_N], fp32
         if MASKED:
             cols = start_n + tl.arange(0, BLOCK_N)
             keep = cols[None, :] < SK
@@ -116,19 +178,20 @@ def _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo, hi, row
         else:
             # scale > 0, so max(qk) * scale = max(qk * scale); the FMA below does the rest
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            p = _exp2_mixed(qk * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY)
             alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)  # [BLOCK_N, D]
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)  # [BLOCK_N, D]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
-def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo, hi, qk_scale,
-                        BLOCK_N: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
+def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, lo, hi, qk_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr,
+                        POLY: tl.constexpr, PREC: tl.constexpr):
     """The unmasked stage with the next block's Q K^T issued before this block's softmax.
 
     On Hopper the score matmul is an asynchronous wgmma: carrying its result into the next
@@ -136,18 +199,18 @@ def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo
     FlashAttention-3 overlap, within one warpgroup). Costs one wasted Q K^T per program (the
     prefetch past `hi`, which reads zeros or the first diagonal block).
     """
-    k = _load_rows(k_src, k_row0, lo, SK, sks, BLOCK_N, D, MODE)
-    qk = tl.dot(q, tl.trans(k))
+    k = _load_rows(k_src, k_r0, k_c0, lo, SK, sks, BLOCK_N, D, MODE)
+    qk = tl.dot(q, tl.trans(k), input_precision=PREC)
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k_next = _load_rows(k_src, k_row0, start_n + BLOCK_N, SK, sks, BLOCK_N, D, MODE)
-        qk_next = tl.dot(q, tl.trans(k_next))
+        k_next = _load_rows(k_src, k_r0, k_c0, start_n + BLOCK_N, SK, sks, BLOCK_N, D, MODE)
+        qk_next = tl.dot(q, tl.trans(k_next), input_precision=PREC)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        p = _exp2_mixed(qk * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY)
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)
         m_i = m_new
         qk = qk_next
     return acc, l_i, m_i
@@ -156,30 +219,37 @@ def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, lo
 @triton.jit
 def _fwd_kernel(Q, K, V, O, LSE,
                 sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-                H, SQ, SK, qk_scale,
+                H, G, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                MODE: tl.constexpr, WARP_SPEC: tl.constexpr, PREFETCH: tl.constexpr):
+                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     if CAUSAL:
         # heavy (late) query blocks first, so the short ones fill the tail of the grid
         pid_m = tl.num_programs(0) - 1 - pid_m
     off_hz = tl.program_id(1)
-    b = off_hz // H
+    b = (off_hz // H).to(tl.int64)
     h = off_hz % H
-    q_row0 = off_hz * SQ  # first row of this head in a [B*H*S, D] view (MODE 2)
-    k_row0 = off_hz * SK
+    hk = h // G  # the key/value head of this query head's group
     start_m = pid_m * BLOCK_M
 
-    q_src = _tile_source(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
-    k_src = _tile_source(K, b * skb + h * skh, SK, sks, BLOCK_N, D, MODE)
-    v_src = _tile_source(V, b * svb + h * svh, SK, svs, BLOCK_N, D, MODE)
-    o_src = _tile_source(O, b * sob + h * soh, SQ, sos, BLOCK_M, D, MODE)
+    q_off = b * sqb + h * sqh
+    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+    q_r0, q_c0 = _origin(q_off, sqs)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
+    o_off = b * sob + h * soh
+    o_src = _tile_source(O, o_off, SQ, sos, BLOCK_M, D, MODE)
+    o_r0, o_c0 = _origin(o_off, sos)
 
     rows = start_m + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    q = _load_rows(q_src, q_row0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
+    q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
 
     if CAUSAL:
         shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
@@ -191,19 +261,21 @@ def _fwd_kernel(Q, K, V, O, LSE,
         diag_end = SK
     rows_shifted = rows + shift
     if PREFETCH:
-        acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, 0, full_end,
-                                            qk_scale, BLOCK_N, D, MODE)
+        acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
+                                            0, full_end, qk_scale, BLOCK_M, BLOCK_N, D, MODE, POLY, PREC)
     else:
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, 0, full_end, rows_shifted,
-                                   qk_scale, BLOCK_N, D, False, CAUSAL, MODE, WARP_SPEC)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, v_src, k_row0, sks, svs, SK, full_end, diag_end, rows_shifted,
-                               qk_scale, BLOCK_N, D, True, CAUSAL, MODE, False)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
+                                   0, full_end, rows_shifted, qk_scale, BLOCK_M, BLOCK_N, D, False, CAUSAL, MODE,
+                                   POLY, PREC)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
+                               full_end, diag_end, rows_shifted, qk_scale, BLOCK_M, BLOCK_N, D, True, CAUSAL, MODE,
+                               0, PREC)
 
     empty = l_i == 0.0  # rows that saw no key
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
-    _store_rows(o_src, q_row0, start_m, SQ, sos, o.to(q.dtype), BLOCK_M, D, MODE)
+    _store_rows(o_src, o_r0, o_c0, start_m, SQ, sos, o.to(q.dtype), BLOCK_M, D, MODE)
 
 
 # --------------------------------------------------------------------------- backward
@@ -216,7 +288,7 @@ def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
     """delta = rowsum(dO * O) - dlse and the base-2 LSE (+inf for empty rows), [B*H, SQ] each."""
     pid_m = tl.program_id(0)
     off_hz = tl.program_id(1)
-    b = off_hz // H
+    b = (off_hz // H).to(tl.int64)
     h = off_hz % H
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
@@ -233,24 +305,25 @@ def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
-def _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, SQ, lo, hi, cols_shifted, qk_scale,
-                  BLOCK_M: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, MODE: tl.constexpr):
+def _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, LSE2, DELTA, sqs, sdos, SQ, lo, hi,
+                  cols_shifted, qk_scale, BLOCK_M: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+                  MODE: tl.constexpr, PREC: tl.constexpr):
     for start_m in tl.range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        q = _load_rows(q_src, q_row0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
+        q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
         # rows past SQ: lse2 = +inf makes p = 0 there
         lse2 = tl.load(LSE2 + rows, mask=rows < SQ, other=float("inf"))
-        qkT = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
+        qkT = tl.dot(k, tl.trans(q), input_precision=PREC)  # [BLOCK_N, BLOCK_M]
         pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
         if MASKED:
             # causal: key j is seen by row i iff j - shift <= i
             pT = tl.where(cols_shifted[:, None] <= rows[None, :], pT, 0.0)
-        do = _load_rows(do_src, q_row0, start_m, SQ, sdos, BLOCK_M, D, MODE)  # [BLOCK_M, D]
-        dv = tl.dot(pT.to(do.dtype), do, dv)
+        do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)  # [BLOCK_M, D]
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PREC)
         delta = tl.load(DELTA + rows, mask=rows < SQ, other=0.0)
-        dpT = tl.dot(v, tl.trans(do))  # [BLOCK_N, BLOCK_M]
+        dpT = tl.dot(v, tl.trans(do), input_precision=PREC)  # [BLOCK_N, BLOCK_M]
         dsT = pT * (dpT - delta[None, :])
-        dk = tl.dot(dsT.to(q.dtype), q, dk)
+        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PREC)
     return dk, dv
 
 
@@ -258,30 +331,33 @@ def _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, S
 def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
                    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
                    sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
-                   H, SQ, SK, sm_scale, qk_scale,
+                   H, HKV, SQ, SK, sm_scale, qk_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                   MODE: tl.constexpr):
+                   MODE: tl.constexpr, PREC: tl.constexpr):
     pid_n = tl.program_id(0)
-    off_hz = tl.program_id(1)
-    b = off_hz // H
-    h = off_hz % H
-    q_row0 = off_hz * SQ  # first row of this head in a [B*H*S, D] view (MODE 2)
-    k_row0 = off_hz * SK
+    off_bk = tl.program_id(1)  # (batch, key/value head)
+    b = (off_bk // HKV).to(tl.int64)
+    hk = off_bk % HKV
+    G = H // HKV
     start_n = pid_n * BLOCK_N
 
-    k_src = _tile_source(K, b * skb + h * skh, SK, sks, BLOCK_N, D, MODE)
-    v_src = _tile_source(V, b * svb + h * svh, SK, svs, BLOCK_N, D, MODE)
-    q_src = _tile_source(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
-    do_src = _tile_source(DO, b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, MODE)
-    dk_src = _tile_source(DK, b * sdkb + h * sdkh, SK, sdks, BLOCK_N, D, MODE)
-    dv_src = _tile_source(DV, b * sdvb + h * sdvh, SK, sdvs, BLOCK_N, D, MODE)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
+    dk_off = b * sdkb + hk * sdkh
+    dk_src = _tile_source(DK, dk_off, SK, sdks, BLOCK_N, D, MODE)
+    dk_r0, dk_c0 = _origin(dk_off, sdks)
+    dv_off = b * sdvb + hk * sdvh
+    dv_src = _tile_source(DV, dv_off, SK, sdvs, BLOCK_N, D, MODE)
+    dv_r0, dv_c0 = _origin(dv_off, sdvs)
 
-    k = _load_rows(k_src, k_row0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
-    v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)
+    k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
+    v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
-    LSE2 += off_hz * SQ
-    DELTA += off_hz * SQ
 
     if CAUSAL:
         shift = SK - SQ
@@ -290,27 +366,41 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
         full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - shift, 0), BLOCK_M) * BLOCK_M
         full_lo = tl.maximum(full_lo, diag_lo)
         cols_shifted = start_n + tl.arange(0, BLOCK_N) - shift
-        dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, SQ,
-                               diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale, BLOCK_M, D, True, MODE)
     else:
+        diag_lo = 0
         full_lo = 0
         cols_shifted = start_n + tl.arange(0, BLOCK_N)
-    dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, do_src, q_row0, LSE2, DELTA, sqs, sdos, SQ,
-                           full_lo, SQ, cols_shifted, qk_scale, BLOCK_M, D, False, MODE)
+    # the query heads of this group, one after the other: a fixed summation order
+    for g in range(G):
+        h = hk * G + g
+        q_off = b * sqb + h * sqh
+        q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+        q_r0, q_c0 = _origin(q_off, sqs)
+        do_off = b * sdob + h * sdoh
+        do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
+        do_r0, do_c0 = _origin(do_off, sdos)
+        lse2_ptr = LSE2 + (b * H + h) * SQ
+        delta_ptr = DELTA + (b * H + h) * SQ
+        if CAUSAL:
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale,
+                                   BLOCK_M, D, True, MODE, PREC)
+        dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                               sqs, sdos, SQ, full_lo, SQ, cols_shifted, qk_scale, BLOCK_M, D, False, MODE, PREC)
 
-    _store_rows(dv_src, k_row0, start_n, SK, sdvs, dv.to(v.dtype), BLOCK_N, D, MODE)
+    _store_rows(dv_src, dv_r0, dv_c0, start_n, SK, sdvs, dv.to(v.dtype), BLOCK_N, D, MODE)
     dk *= sm_scale
-    _store_rows(dk_src, k_row0, start_n, SK, sdks, dk.to(k.dtype), BLOCK_N, D, MODE)
+    _store_rows(dk_src, dk_r0, dk_c0, start_n, SK, sdks, dk.to(k.dtype), BLOCK_N, D, MODE)
 
 
 @triton.jit
-def _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
-                 BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                 MODE: tl.constexpr):
+def _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, lo, hi, rows_shifted,
+                 qk_scale, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 MODE: tl.constexpr, PREC: tl.constexpr):
     for start_n in tl.range(lo, hi, BLOCK_N):
-        k = _load_rows(k_src, k_row0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
-        v = _load_rows(v_src, k_row0, start_n, SK, svs, BLOCK_N, D, MODE)
-        qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+        k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
+        v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
+        qk = tl.dot(q, tl.trans(k), input_precision=PREC)  # [BLOCK_M, BLOCK_N]
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
             # keys past SK must go: p there is not small, and ds * k = p * 0 may overflow to inf * 0
@@ -319,37 +409,46 @@ def _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, lo,
             if CAUSAL:
                 keep = keep & (cols[None, :] <= rows_shifted[:, None])
             p = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))  # [BLOCK_M, BLOCK_N]
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)  # [BLOCK_M, BLOCK_N]
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
     return dq
 
 
 @triton.jit
 def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
                   sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
-                  H, SQ, SK, sm_scale, qk_scale,
+                  H, G, SQ, SK, sm_scale, qk_scale,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                  MODE: tl.constexpr):
+                  MODE: tl.constexpr, PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m
     off_hz = tl.program_id(1)
-    b = off_hz // H
+    b = (off_hz // H).to(tl.int64)
     h = off_hz % H
-    q_row0 = off_hz * SQ  # first row of this head in a [B*H*S, D] view (MODE 2)
-    k_row0 = off_hz * SK
+    hk = h // G
     start_m = pid_m * BLOCK_M
 
-    q_src = _tile_source(Q, b * sqb + h * sqh, SQ, sqs, BLOCK_M, D, MODE)
-    do_src = _tile_source(DO, b * sdob + h * sdoh, SQ, sdos, BLOCK_M, D, MODE)
-    dq_src = _tile_source(DQ, b * sdqb + h * sdqh, SQ, sdqs, BLOCK_M, D, MODE)
-    k_src = _tile_source(K, b * skb + h * skh, SK, sks, BLOCK_N, D, MODE)
-    v_src = _tile_source(V, b * svb + h * svh, SK, svs, BLOCK_N, D, MODE)
+    q_off = b * sqb + h * sqh
+    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+    q_r0, q_c0 = _origin(q_off, sqs)
+    do_off = b * sdob + h * sdoh
+    do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
+    do_r0, do_c0 = _origin(do_off, sdos)
+    dq_off = b * sdqb + h * sdqh
+    dq_src = _tile_source(DQ, dq_off, SQ, sdqs, BLOCK_M, D, MODE)
+    dq_r0, dq_c0 = _origin(dq_off, sdqs)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
 
     rows = start_m + tl.arange(0, BLOCK_M)
-    q = _load_rows(q_src, q_row0, start_m, SQ, sqs, BLOCK_M, D, MODE)
-    do = _load_rows(do_src, q_row0, start_m, SQ, sdos, BLOCK_M, D, MODE)
+    q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)
+    do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)
     lse2 = tl.load(LSE2 + off_hz * SQ + rows, mask=rows < SQ, other=float("inf"))
     delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
@@ -363,23 +462,24 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
         full_end = SK // BLOCK_N * BLOCK_N
         diag_end = SK
     rows_shifted = rows + shift
-    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, 0, full_end, rows_shifted,
-                      qk_scale, BLOCK_N, D, False, CAUSAL, MODE)
-    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, v_src, k_row0, sks, svs, SK, full_end, diag_end, rows_shifted,
-                      qk_scale, BLOCK_N, D, True, CAUSAL, MODE)
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, 0, full_end,
+                      rows_shifted, qk_scale, BLOCK_N, D, False, CAUSAL, MODE, PREC)
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, full_end,
+                      diag_end, rows_shifted, qk_scale, BLOCK_N, D, True, CAUSAL, MODE, PREC)
     dq *= sm_scale
-    _store_rows(dq_src, q_row0, start_m, SQ, sdqs, dq.to(q.dtype), BLOCK_M, D, MODE)
+    _store_rows(dq_src, dq_r0, dq_c0, start_m, SQ, sdqs, dq.to(q.dtype), BLOCK_M, D, MODE)
 
 
 # --------------------------------------------------------------------------- launch configs
 #
-# A config is a dict of block sizes plus num_warps / num_stages. On a GPU each kernel picks
-# the fastest of a short candidate list the first time it sees a shape bucket (see
-# kernels/NOTES.md for how the lists were chosen); under the interpreter small fixed blocks
-# are used, deliberately unequal so that ragged and diagonal logic is exercised.
+# A config is a dict of block sizes (and, for the forward, PREFETCH and POLY) plus
+# num_warps / num_stages. On a GPU each kernel picks the fastest of a short candidate list
+# the first time it sees a shape bucket (see kernels/NOTES.md for how the lists were
+# chosen); under the interpreter small fixed blocks are used, deliberately unequal so that
+# ragged and diagonal logic is exercised.
 
 INTERPRET_CONFIGS = {
-    "fwd": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1, WARP_SPEC=False, PREFETCH=True),
+    "fwd": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1, PREFETCH=True, POLY=0),
     "bwd_kv": dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
     "bwd_q": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
 }
@@ -389,8 +489,8 @@ def _c(bm, bn, w, s, **extra):
     return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, **extra)
 
 
-def _f(bm, bn, w, s, prefetch=False):
-    return _c(bm, bn, w, s, WARP_SPEC=False, PREFETCH=prefetch)
+def _f(bm, bn, w, s, prefetch=False, poly=0):
+    return _c(bm, bn, w, s, PREFETCH=prefetch, POLY=poly)
 
 
 def _candidates(kind: str, d: int) -> list[dict]:
@@ -398,10 +498,10 @@ def _candidates(kind: str, d: int) -> list[dict]:
     if kind == "fwd":
         if d <= 64:
             return [_f(64, 128, 4, 2), _f(64, 64, 4, 3), _f(128, 128, 4, 3),
-                    _f(64, 128, 4, 2, True), _f(128, 128, 8, 2, True)]
+                    _f(64, 128, 4, 2, True), _f(128, 128, 8, 2, True), _f(64, 128, 4, 2, poly=4)]
         if d <= 128:
             return [_f(128, 64, 4, 2), _f(64, 64, 4, 3), _f(128, 128, 8, 3),
-                    _f(128, 128, 8, 2, True), _f(64, 64, 4, 2, True)]
+                    _f(128, 128, 8, 2, True), _f(64, 64, 4, 2, True), _f(128, 64, 4, 2, poly=4)]
         return [_f(64, 64, 4, 2), _f(128, 64, 8, 2)]
     if kind == "bwd_kv":
         if d <= 64:
@@ -453,21 +553,28 @@ def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple, ti
                 raise
 
 
+def _host_descriptor(t: torch.Tensor, block: int) -> TensorDescriptor:
+    """A descriptor over t's memory as [rows, row stride]: every head's [S, D] matrix is a
+    block of it (module docstring, MODE 2; _host_ok says when)."""
+    B, H, S, D = t.shape
+    sb, sh, ss, _ = t.stride()
+    rows = ((B - 1) * sb + (H - 1) * sh) // ss + S
+    return TensorDescriptor(t, [rows, ss], [ss, 1], [block, D])
+
+
 def _run(kernel, grid_fn, args, const, cfg, tiles=None):
     """Launch with one config. tiles = (host_ok, SQ, SK, [(arg index, 'M' or 'N'), ...]): when the
     tensors allow it and the blocks divide the sequence lengths, those arguments become host
-    tensor descriptors over [B*H*S, D] (MODE 2): no per-program descriptor set-up."""
+    tensor descriptors (MODE 2): no per-program descriptor set-up."""
     meta = {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
+    if const.get("PREC") != "tf32" and meta.get("POLY"):
+        meta["POLY"] = 0  # fp32-accurate matmuls keep every exponential on the hardware unit
     grid = grid_fn(meta)
     if tiles is not None and tiles[0] and tiles[1] % cfg["BLOCK_M"] == 0 and tiles[2] % cfg["BLOCK_N"] == 0:
         _, SQ, SK, spec = tiles
         args = list(args)
         for i, role in spec:
-            t = args[i]
-            rows = SQ if role == "M" else SK
-            block = cfg["BLOCK_M"] if role == "M" else cfg["BLOCK_N"]
-            args[i] = TensorDescriptor(t, [t.shape[0] * t.shape[1] * rows, t.shape[3]], [t.stride(2), 1],
-                                       [block, t.shape[3]])
+            args[i] = _host_descriptor(args[i], cfg["BLOCK_M"] if role == "M" else cfg["BLOCK_N"])
         const = {**const, "MODE": 2}
     kernel[grid](*args, **const, **meta, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
@@ -475,8 +582,6 @@ def _run(kernel, grid_fn, args, const, cfg, tiles=None):
 def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
     best, best_ms = None, float("inf")
     for cfg in _candidates(kind, const["D"]):
-        if not const.get("MODE", True) and cfg.get("WARP_SPEC"):
-            continue
         try:
             ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg, tiles), warmup=10, rep=50)
         except Exception:  # a config that does not compile or fit (shared memory, registers)
@@ -501,11 +606,10 @@ def _alloc_scratch(size: int, alignment: int, stream):
 
 
 def _tile_modes(*tensors: torch.Tensor) -> tuple[int, bool]:
-    """(MODE for per-head tiles, whether host descriptors over [B*H*S, D] may be used).
+    """(MODE for per-head tiles, whether host descriptors (MODE 2) may be used).
 
     Tensor descriptors need sm_90+, 16-byte aligned bases and row strides and a unit last
-    stride; the host form also needs each tensor's (B, H, S) rows evenly spaced.
-    DRILL_FLASH_TMA=0 forces pointers, =1 per-program device descriptors only."""
+    stride. DRILL_FLASH_TMA=0 forces pointers, =1 per-program device descriptors only."""
     env = os.environ.get("DRILL_FLASH_TMA", "auto")
     if env == "0":
         return 0, False
@@ -516,18 +620,47 @@ def _tile_modes(*tensors: torch.Tensor) -> tuple[int, bool]:
             es = t.element_size()
             if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
                 return 0, False
-    host = env != "1" and all(_rows_evenly_spaced(t) for t in tensors)
+    host = env != "1" and all(_host_ok(t) for t in tensors)
     return 1, host
 
 
-def _rows_evenly_spaced(t: torch.Tensor) -> bool:
-    B, H, S, _ = t.shape
-    s0, s1, s2, _ = t.stride()
-    return (H == 1 or s1 == S * s2) and (B == 1 or s0 == H * S * s2)
+def _host_ok(t: torch.Tensor) -> bool:
+    """Whether t's heads are blocks of one [rows, row stride] matrix: each head starts on a
+    row boundary plus a column offset, and its D columns end inside the row."""
+    B, H, S, D = t.shape
+    sb, sh, ss, _ = t.stride()
+    if ss < D:
+        return False
+    return (B == 1 or sb % ss == 0) and (H == 1 or sh % ss == 0 or (H - 1) * sh + D <= ss)
 
 
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _empty_in_layout(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor shaped like t, [B, S, H, D] in memory if t's heads are inner to
+    its sequence (a transposed view), else contiguous [B, H, S, D]."""
+    B, H, S, D = t.shape
+    if H > 1 and S > 1 and t.stride(1) < t.stride(2):
+        return torch.empty((B, S, H, D), dtype=t.dtype, device=t.device).transpose(1, 2)
+    return torch.empty((B, H, S, D), dtype=t.dtype, device=t.device)
+
+
+def _tf32_allowed() -> bool:
+    """PyTorch's switch for fp32 matmuls: the newer fp32_precision if set, else allow_tf32."""
+    m = torch.backends.cuda.matmul
+    prec = getattr(m, "fp32_precision", None)
+    if prec in ("tf32", "ieee"):
+        return prec == "tf32"
+    try:
+        return bool(m.allow_tf32)
+    except RuntimeError:  # legacy and new APIs mixed: torch refuses to answer; stay exact
+        return False
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 and not _tf32_allowed() else "tf32"
 
 
 def _bucket(n: int) -> int:
@@ -536,17 +669,17 @@ def _bucket(n: int) -> int:
 
 def _forward(q, k, v, causal: bool, sm_scale: float):
     B, H, SQ, D = q.shape
-    SK = k.shape[2]
-    o = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
+    HKV, SK = k.shape[1], k.shape[2]
+    o = _empty_in_layout(q)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
-    mode, host = _tile_modes(q, k, v)
+    mode, host = _tile_modes(q, k, v, o)
     if mode:
         triton.set_allocator(_alloc_scratch)
     args = (q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-            H, SQ, SK, sm_scale * LOG2E)
-    const = dict(D=D, CAUSAL=causal, MODE=mode)
+            H, H // HKV, SQ, SK, sm_scale * LOG2E)
+    const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
     grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
-    key = (D, causal, str(q.dtype), mode, host, _bucket(SQ), _bucket(SK))
+    key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK))
     tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M")])
     _launch("fwd", _fwd_kernel, grid_fn, args, const, key, tiles)
     return o, lse
@@ -554,7 +687,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
 
 def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
     B, H, SQ, D = q.shape
-    SK = k.shape[2]
+    HKV, SK = k.shape[1], k.shape[2]
     do = _last_dim_contiguous(do)
     delta = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     lse2 = torch.empty_like(delta)
@@ -565,23 +698,21 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
         o, do, lse, dlse if dlse is not None else lse, delta, lse2,
         *o.stride()[:3], *do.stride()[:3], H, SQ, D=D, BLOCK_M=prep_block, HAS_DLSE=dlse is not None)
 
-    dq = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
-    dk = torch.empty((B, H, SK, D), dtype=k.dtype, device=q.device)
-    dv = torch.empty((B, H, SK, D), dtype=v.dtype, device=q.device)
-    mode, host = _tile_modes(q, k, v, do)
+    dq, dk, dv = _empty_in_layout(q), _empty_in_layout(k), _empty_in_layout(v)
+    mode, host = _tile_modes(q, k, v, do, dq, dk, dv)
     if mode:
         triton.set_allocator(_alloc_scratch)
-    const = dict(D=D, CAUSAL=causal, MODE=mode)
-    key = (D, causal, str(q.dtype), mode, host, _bucket(SQ), _bucket(SK))
+    const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
+    key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK))
     kv_args = (q, k, v, do, dk, dv, lse2, delta,
                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-               *dk.stride()[:3], *dv.stride()[:3], H, SQ, SK, sm_scale, sm_scale * LOG2E)
+               *dk.stride()[:3], *dv.stride()[:3], H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
     kv_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "N"), (5, "N")])
-    _launch("bwd_kv", _bwd_kv_kernel, lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * H), kv_args, const, key,
+    _launch("bwd_kv", _bwd_kv_kernel, lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * HKV), kv_args, const, key,
             kv_tiles)
     q_args = (q, k, v, do, dq, lse2, delta,
               *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-              H, SQ, SK, sm_scale, sm_scale * LOG2E)
+              H, H // HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
     q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
     _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key, q_tiles)
     return dq, dk, dv
@@ -608,16 +739,19 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     sm_scale: float | None = None, return_lse: bool = False):
     """softmax(q k^T * sm_scale [+ bottom-right causal mask]) v, fused; see the module docstring.
 
-    q [B, H, Sq, D]; k, v [B, H, Sk, D]; fp16, bf16 or fp32 (fp32 runs its matmuls in tf32 on
-    a GPU). Returns o [B, H, Sq, D], or (o, lse) with lse [B, H, Sq] float32 natural-log
+    q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
+    head h // (H / Hkv)); any strides, e.g. [B, S, H, D] tensors passed as .transpose(1, 2).
+    fp16, bf16 or fp32 (fp32 in full precision unless PyTorch allows TF32 matmuls). Returns o
+    [B, H, Sq, D] in q's layout, or (o, lse) with lse [B, H, Sq] float32 natural-log
     logsumexp of the scaled scores (-inf for rows that see no key). Differentiable in q, k,
-    v, and through lse too (its gradient folds into delta).
+    v (dk and dv summed over each group), and through lse too (its gradient folds into delta).
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError("flash_attention expects q, k, v of shape [B, H, S, D]")
+        raise ValueError("flash_attention expects q [B, H, S, D] and k, v [B, Hkv, S, D]")
     B, H, SQ, D = q.shape
-    if k.shape != v.shape or k.shape[:2] != (B, H) or k.shape[3] != D:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or k.shape[1] == 0 or H % k.shape[1]:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "(k and v must be [B, Hkv, Sk, D] with Hkv dividing H)")
     if D not in (16, 32, 64, 128, 256):
         raise ValueError(f"head dim {D} not supported (16, 32, 64, 128 or 256)")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):

@@ -10,12 +10,15 @@ back at most eight:
     results.json  every step's status, seconds and data
     pytest.log    the full output of `pytest -m gpu tests`
     flex_warm.log FlexAttention compiled ahead in a background process (flash_bench)
+    features.json the flash_features step's rows (GQA, layouts, fp32, pinned variants)
     (steps may add one file of their own, e.g. sweep.json)
 
 Usage:
     python kernels/gpu_suite.py                       # default steps
     python kernels/gpu_suite.py --steps env,tests     # only these, in this order
     python kernels/gpu_suite.py --skip flash_bench --no-flex --quick
+    python kernels/gpu_suite.py --steps env,tests,flash_features,flash_bench \
+        --tests tests/test_kernel_flash.py --no-flex --impls ours,cudnn,flash   # the kernel alone
 
 To add a step: write `def step_name(ctx) -> StepResult`, then add ("name", step_name,
 default_on) to STEPS. Keep heavy imports (torch, triton) inside the step.
@@ -93,8 +96,8 @@ def step_env(ctx: Context) -> StepResult:
 
 def step_tests(ctx: Context) -> StepResult:
     """`pytest -m gpu tests`: every GPU test of the project (xdist spreads the compiles)."""
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests", "-q", "-rfE", "--no-header", "-p", "no:randomly",
-           "--continue-on-collection-errors"]
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", *ctx.args.tests.split(","), "-q", "-rfE", "--no-header",
+           "-p", "no:randomly", "--continue-on-collection-errors"]
     try:
         import xdist  # noqa: F401
 
@@ -181,9 +184,11 @@ def step_flash_bench(ctx: Context) -> StepResult:
         if log_file.exists():
             ctx.log("flex warm-up: " + " | ".join(log_file.read_text().strip().splitlines()[-3:]))
     impls = [n for n in bench.IMPLS if not (ctx.args.no_flex and n == "flex")]
+    if ctx.args.impls:
+        impls = [n for n in impls if n in ctx.args.impls.split(",")]
     kw = dict(ds=(128,), seqs=(4096, 16384)) if ctx.args.quick else {}
     user = bench.load_user_kernel(ctx.args.kernel) if ctx.args.kernel else None
-    if ctx.args.compile_workers > 1:
+    if ctx.args.compile_workers > 1 and not os.environ.get("DRILL_SUITE_PRECOMPILED"):
         bench.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
     rows = bench.bench_table(impls=impls, user_fn=user, log=ctx.log, **kw)
     table = bench.to_markdown(rows)
@@ -193,12 +198,48 @@ def step_flash_bench(ctx: Context) -> StepResult:
             f"TFLOP/s from do_bench medians.")
     chosen = flash.tuned_configs()
     cfg_md = "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
-    md = f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype tma Sq-bucket Sk-bucket):\n\n{cfg_md}"
+    md = f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype dot-precision tile-mode host-descriptors H/Hkv Sq-bucket Sk-bucket):\n\n{cfg_md}"
     ratios = [(r, r.get("ours/cudnn")) for r in rows if r.get("ours/cudnn")]
     worst = min(ratios, key=lambda x: x[1]) if ratios else None
     summary = f"{len(rows)} rows" + (f"; lowest ours/cuDNN {worst[1]:.2f} (D={worst[0]['d']} S={worst[0]['s']} "
                                      f"{worst[0]['pass']})" if worst else "")
     return StepResult("pass", summary, md, {"rows": rows, "configs": chosen})
+
+
+def step_flash_features(ctx: Context) -> StepResult:
+    """Issue 16's rows: GQA against SDPA enable_gqa, the [B, S, H, D] layout, fp32 accuracy, and
+    pinned forward variants (polynomial exp2, short-causal tiles) against cuDNN in one run."""
+    from drill.kernels import bench
+
+    if ctx.args.compile_workers > 1:  # the tuner's candidates and every pinned variant, in parallel
+        bench.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log, extra=tuple(bench.variant_jobs()))
+        os.environ["DRILL_SUITE_PRECOMPILED"] = "1"
+    parts, data, failed = [], {}, []
+    saved = os.environ.get("DRILL_FLASH_TUNE")
+    for title, fn, env in (("GQA against SDPA enable_gqa", bench.bench_gqa, None),
+                           ("[B, S, H, D] layout against [B, H, S, D]", bench.bench_layouts, None),
+                           ("fp32 accuracy (DRILL_FLASH_TUNE=0: first candidate config)", bench.fp32_accuracy, "0"),
+                           ("Forward variants pinned side by side", bench.bench_variants, None)):
+        ctx.log(f"-- {title}")
+        if env is not None:
+            os.environ["DRILL_FLASH_TUNE"] = env
+        try:
+            rows, md = fn(log=ctx.log)
+            data[fn.__name__] = rows
+            parts.append(f"### {title}\n\n{md}")
+        except Exception:
+            tb = traceback.format_exc()
+            ctx.log(tb)
+            failed.append(fn.__name__)
+            parts.append(f"### {title}\n\nfailed:\n\n```\n{tb[-2000:]}\n```")
+        finally:
+            if saved is None:
+                os.environ.pop("DRILL_FLASH_TUNE", None)
+            else:
+                os.environ["DRILL_FLASH_TUNE"] = saved
+    (ctx.out / "features.json").write_text(json.dumps(data, indent=1, default=str))
+    return StepResult("fail" if failed else "pass", f"{len(parts)} tables" + (f"; failed: {failed}" if failed else ""),
+                      "\n\n".join(parts), {})
 
 
 def step_triton_exercise(ctx: Context) -> StepResult:
@@ -265,6 +306,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("tests", step_tests, True),
     ("sweep", step_sweep, False),
     ("tile_modes", step_tile_modes, False),
+    ("flash_features", step_flash_features, True),
     ("flash_bench", step_flash_bench, True),
     ("triton_exercise", step_triton_exercise, True),
     ("ring_bench", step_ring_bench, True),
@@ -298,6 +340,8 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compiles are slow)")
     ap.add_argument("--kernel", help="also time a user's flash_attention(q, k, v, causal, sm_scale) from this file")
     ap.add_argument("--test-workers", type=int, default=8)
+    ap.add_argument("--tests", default="tests", help="comma-separated test paths for the tests step")
+    ap.add_argument("--impls", help="comma-separated implementations for flash_bench (default: all)")
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
