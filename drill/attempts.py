@@ -9,7 +9,7 @@ from pathlib import Path
 
 from drill import catalog, exitcodes, progress
 from drill.grader.result import GradeResult
-from drill.store import Store
+from drill.store import Store, StoreError
 
 
 def locate(target: str, store: Store) -> tuple[Path | None, str]:
@@ -38,9 +38,13 @@ def grade_file(path: Path, timeout: float | None, store: Store):
         return None, (f"{path.name} is not a drill exercise: it has no '# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {progress.known_ids()})")
     result = grade(ex, path, timeout)
-    store.record_attempt(ex.key, result.status, str(path.resolve()), result.seconds, result.to_json())
-    if result.status != "pass" and ex.cards:
-        _bring_cards_forward(store, ex)
+    try:
+        store.record_attempt(ex.key, result.status, path.resolve(), result.seconds, result.to_json())
+        if result.status != "pass" and ex.cards:
+            _bring_cards_forward(store, ex)
+    except StoreError as exc:
+        # The grade is still shown: only its record is missing.
+        result.notes.append(f"not saved to your progress: {exc}")
     return ex, result
 
 

@@ -27,3 +27,8 @@ def exercises_root() -> Path:
 
 def solutions_root() -> Path:
     return Path(str(resources.files("drill.solutions")))
+
+
+def shown(path: os.PathLike | str) -> str:
+    """A path as text that can always be printed: bytes that are not UTF-8 appear as �."""
+    return os.fsencode(path).decode("utf-8", "replace")
