@@ -156,3 +156,63 @@ def test_ctrl_c_during_a_check_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+
+
+def test_check_by_number_grades_the_folder_you_stand_in(tmp_path, monkeypatch):
+    first, last = tmp_path / "first", tmp_path / "last"
+    run("start", "flashattention", "--dir", str(first))
+    run("start", "flashattention", "--dir", str(last))  # the workspace started last
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", first / "01_online_softmax.py")
+    monkeypatch.chdir(first)
+    code, out = run("check", "01", "--json")
+    assert code == 0 and json.loads(out)["file"] == str((first / "01_online_softmax.py").resolve())
+    monkeypatch.chdir(tmp_path)  # no exercise here: the current topic's workspace
+    code, out = run("check", "01", "--json")
+    assert code == 1 and json.loads(out)["file"] == str((last / "01_online_softmax.py").resolve())
+
+
+def test_check_help_states_the_catalog_limits():
+    from drill import catalog
+
+    code, out = run("check", "--help")
+    text = " ".join(out.split())
+    for ex in catalog.all_exercises():
+        assert f"{ex.timeout:g} s for" in text
+    assert "60 s" not in text  # no exercise has a 60-second limit
+
+
+def test_keyword_and_first_failure_reach_the_grader_and_a_partial_run_is_not_saved(tmp_path, monkeypatch):
+    import drill.grader.runner as runner
+    from drill.grader.result import GradeResult
+
+    seen = []
+
+    def fake_grade(ex, path, timeout=None, **options):
+        seen.append(options)
+        return GradeResult(ex.key, str(path), "pass", "all 1 checks passed")
+
+    monkeypatch.setattr(runner, "grade", fake_grade)
+    path = tmp_path / "01_online_softmax.py"
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
+    code, out = run("check", str(path), "-k", "causal and not ragged")
+    assert code == 0 and "not saved" in out
+    code, out = run("check", str(path), "--first-failure")
+    assert seen == [{"keyword": "causal and not ragged"}, {"first_failure": True}]
+    with Store() as store:  # only the full run counts
+        assert len(store.attempts("flashattention/online-softmax")) == 1
+    code, out = run("check", str(path), "-k", " ")
+    assert code == 2 and "-k needs" in out
+
+
+def test_a_grader_without_keyword_support_says_so_in_one_line(tmp_path, monkeypatch):
+    import drill.grader.runner as runner
+    from drill.grader.result import GradeResult
+
+    def old_grade(ex, path, timeout=None):
+        return GradeResult(ex.key, str(path), "pass")
+
+    monkeypatch.setattr(runner, "grade", old_grade)
+    path = tmp_path / "01_online_softmax.py"
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
+    code, out = run("check", str(path), "-k", "causal")
+    assert code == 2 and "cannot select checks yet (-k)" in out

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from drill import cards, exitcodes, reviews
-from drill.console import console, fail_line, interactive
+from drill.console import console, fail_line, interactive, plural
 from drill.mathtext import render
 from drill.store import Store
 
@@ -38,7 +38,7 @@ WORDS = {
         "right": "Right.", "wrong": "Not quite: the answer is {answer}.",
         "invalid": "Didn't catch that; try again.",
         "answer": "Answer", "next": "next review {when}",
-        "summary": "Reviewed {n} card(s), {right} right.",
+        "summary": "Reviewed {cards}, {right} right.",
         "cram": "Cram session: the schedule did not change.",
         "more_due": "More cards are due now: run `drill quiz` again.",
         "next_due": "Next card due {when} ({at}).",
@@ -215,7 +215,8 @@ class Session:
 
     def print_summary(self, next_due_line: str) -> None:
         right = sum(1 for rating in self.ratings if rating != AGAIN)
-        lines = [self.words["summary"].format(n=len(self.ratings), right=right)]
+        count = len(self.ratings)
+        lines = [self.words["summary"].format(n=count, cards=plural(count, "card"), right=right)]
         lines.append(self.words["cram"] if self.cram else next_due_line)
         body = Text("\n".join(lines))
         if self.io.tty:

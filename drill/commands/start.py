@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 from rich.markdown import Markdown
-from rich.panel import Panel
 from rich.text import Text
 
 from drill import catalog, exitcodes, progress
-from drill.console import console, fail_line
+from drill.console import boxed, console, fail_line, plural
 from drill.store import Store
 
 
@@ -73,10 +72,12 @@ def command(topic: str, directory: Path | None) -> None:
         store.set_setting("topic", topic)
         following = progress.current(store, topic)
 
-    console.print(Panel(Text(spec.intro.strip()), title=f"[accent]{spec.title}[/accent]", title_align="left"))
+    console.print(boxed(Text(spec.intro.strip()), f"[accent]{spec.title}[/accent]"),
+                  soft_wrap=not console.is_terminal)
     console.print(f"Workspace: [accent]{target}[/accent]")
     if written:
-        console.print(f"  wrote {len(written)} files: {', '.join(written)}", style="muted")
+        console.print(f"  wrote {plural(len(written), 'file')}: {', '.join(written)}", style="muted",
+                      soft_wrap=True)
     for name in kept:
         console.print(f"  kept your edited [warn]{name}[/warn] (not overwritten)")
     if following is None:

@@ -23,6 +23,7 @@ from rich.text import Text
 from drill import catalog, exitcodes, progress
 from drill.attempts import exit_code, grade_file, locate, next_step
 from drill.console import console, fail_line, interactive
+from drill.paths import shown
 from drill.store import Store
 
 CHANGED, KEY = "changed", "key"
@@ -105,7 +106,8 @@ def render_cycle(cycle: Cycle, store: Store, keys: bool = False) -> Group:
     if cycle.result is None:
         parts.append(Text(f"not graded: {cycle.reason}", style="error"))
         return Group(*parts)
-    parts.append(report(cycle.result, f"{cycle.exercise.key}  ({cycle.path.name})"))
+    parts.append(report(cycle.result, f"{cycle.exercise.key}  ({shown(cycle.path.name)})",
+                        plain=not console.is_terminal))
     if cycle.result.status == "pass":
         nxt = cycle.next_exercise
         if nxt is None:
@@ -239,7 +241,7 @@ def _check_and_show(path: Path, store: Store, timeout: float | None, show) -> Cy
 def _show(renderable, clear: bool = False) -> None:
     if clear and console.is_terminal:
         console.clear()
-    console.print(renderable)
+    console.print(renderable, soft_wrap=not console.is_terminal)
 
 
 @click.command(name="watch")
@@ -262,7 +264,7 @@ def command(target: str | None, once: bool, timeout: float | None) -> None:
             if cycle.result is None:
                 fail_line(cycle.reason)
             else:
-                console.print(render_cycle(cycle, store))
+                console.print(render_cycle(cycle, store), soft_wrap=not console.is_terminal)
             raise SystemExit(cycle.exit_code)
         events: queue.Queue = queue.Queue()
         read_keys(events)
