@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hint": ("drill.commands.hint", "Reveal the next hint for an exercise."),
     "solution": ("drill.commands.solution", "Show the reference solution of an exercise."),
     "status": ("drill.commands.status", "Show progress on every exercise and the next step."),
+    "list": ("drill.commands.list", "Every exercise at a glance: state and checks passed."),
+    "reset": ("drill.commands.reset", "Put an exercise's stub back (your file is kept as a backup)."),
     "quiz": ("drill.commands.quiz", "Review follow-up question cards (spaced repetition)."),
     "mock": ("drill.commands.mock", "A timed mock interview question."),
     "show": ("drill.commands.show", "Draw the algorithm in the terminal (tiling, online softmax, IO)."),
