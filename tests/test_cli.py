@@ -216,3 +216,29 @@ def test_a_grader_without_keyword_support_says_so_in_one_line(tmp_path, monkeypa
     shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
     code, out = run("check", str(path), "-k", "causal")
     assert code == 2 and "cannot select checks yet (-k)" in out
+
+
+def test_start_inside_a_git_checkout_says_where_the_workspace_went_and_how_to_move_it(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text('[project]\nname = "mlsys-drill"\n')
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code, out = run("start", "flashattention")
+    text = " ".join(out.split())
+    assert code == 0 and "inside drill's own source checkout" in text
+    move = next(line for line in out.splitlines() if line.strip().startswith("mv "))
+    target = tmp_path / "home" / "drill-flashattention"
+    assert move.split() == ["mv", str(repo / "flashattention"), str(target), "&&", "drill", "start",
+                            "flashattention", "--dir", str(target)]
+    # The advice works: moving and starting there keeps the files and registers the new place.
+    (repo / "flashattention" / "01_online_softmax.py").write_text("# drill: flashattention/online-softmax\n# mine\n")
+    target.parent.mkdir()
+    (repo / "flashattention").rename(target)
+    code, out = run("start", "flashattention", "--dir", str(target))
+    assert code == 0 and "kept your edited" in out and "Note:" not in out
+    with Store() as store:
+        assert store.workspace("flashattention") == target
+    monkeypatch.chdir(tmp_path)  # outside any repository: no note
+    code, out = run("start", "flashattention")
+    assert code == 0 and "Note:" not in out

@@ -9,6 +9,7 @@ import click
 
 from drill import exitcodes
 from drill.console import console, fail_line
+from drill.install_hint import missing_package_advice
 
 
 JSON_SCHEMA = 1
@@ -28,13 +29,13 @@ def _gpu_or_reason() -> str:
     try:
         import torch
     except ImportError:
-        return "bench needs PyTorch with CUDA (pip install 'mlsys-drill[torch]') and a GPU"
+        return f"bench needs PyTorch and a CUDA GPU; {missing_package_advice('torch')}"
     if not torch.cuda.is_available():
         return "bench needs a CUDA GPU and none is visible here; try it on a machine with one"
     try:
         import triton  # noqa: F401
     except ImportError:
-        return "bench needs Triton (pip install triton)"
+        return f"bench needs Triton; {missing_package_advice('triton')}"
     return ""
 
 
