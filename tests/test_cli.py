@@ -242,3 +242,16 @@ def test_start_inside_a_git_checkout_says_where_the_workspace_went_and_how_to_mo
     monkeypatch.chdir(tmp_path)  # outside any repository: no note
     code, out = run("start", "flashattention")
     assert code == 0 and "Note:" not in out
+
+
+def test_a_file_name_that_is_not_utf8_is_graded_and_recorded(tmp_path):
+    import os
+
+    path = Path(os.fsdecode(bytes(tmp_path) + b"/attempt-\xff.py"))
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
+    proc = subprocess.run([sys.executable, "-m", "drill", "check", str(path)], capture_output=True)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert "attempt-\ufffd.py" in proc.stdout.decode("utf-8")
+    with Store() as store:
+        assert store.passed("flashattention/online-softmax")
+        assert store.attempts("flashattention/online-softmax")[0].file == str(path)
