@@ -229,3 +229,23 @@ def test_not_graded_runs_are_not_attempts(drill_home):
         assert (state.state, state.attempts) == ("failing", 1)
         assert (state.passed_checks, state.total_checks) == (1, 2)
         assert state.last.startswith("error: syntax error")
+
+
+def test_a_grade_that_cannot_be_saved_is_still_shown(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from drill.cli import cli
+    from drill.store import StoreError
+
+    def refuse(self, *args, **kwargs):
+        raise StoreError("the progress database is locked by another process")
+
+    monkeypatch.setattr(Store, "record_attempt", refuse)
+    path = tmp_path / "01_online_softmax.py"
+    solution = Path(__file__).resolve().parent.parent / "solutions" / "flashattention" / "01_online_softmax.py"
+    path.write_text(solution.read_text())
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 0 and "PASSED" in result.output
+    assert "not saved to your progress" in result.output and "locked" in result.output

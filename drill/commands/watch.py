@@ -285,7 +285,8 @@ def _show(renderable, clear: bool = False) -> None:
 @click.argument("target", metavar="[FILE]", required=False)
 @click.option("--once", is_flag=True, help="Check once, print the report and exit (exit code as drill check).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds before one check stops (default: the exercise's).")
+              help=f"Seconds before one check stops (default: the exercise's own limit: "
+                   f"{catalog.timeouts_in_words()}).")
 def command(target: str | None, once: bool, timeout: float | None) -> None:
     """Re-check FILE every time it is saved (default: the current exercise in your workspace).
 
