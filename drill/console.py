@@ -50,11 +50,6 @@ def boxed(body: RenderableType, title: str = "", **panel_options) -> RenderableT
     return Group(Text.from_markup(title), body) if title else body
 
 
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """'1 file', '10 files', '1 card', '2 matches' (with `many` for irregular words)."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
-
-
 def interactive() -> bool:
     """True when a person is at the keyboard (stdin and stdout are terminals)."""
     return sys.stdin.isatty() and sys.stdout.isatty()

@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from drill.console import plural
+from drill.words import plural
 from drill.grader.result import CheckResult, GradeResult
 
 MARKS = {"pass": ("✔", "pass"), "fail": ("✘", "fail"), "skip": ("–", "muted"),

@@ -79,3 +79,10 @@ def test_piped_tables_keep_every_column():
     assert "diagonal" in out
     status = _piped("status")
     assert all(word in status for word in ("exercise", "needs", "state", "attempts", "last result"))
+
+
+def test_plural():
+    from drill.words import plural
+
+    assert plural(1, "file") == "1 file" and plural(10, "card") == "10 cards" and plural(0, "check") == "0 checks"
+    assert plural(2, "match", "matches") == "2 matches"

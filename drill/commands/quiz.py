@@ -19,9 +19,10 @@ from rich.panel import Panel
 from rich.text import Text
 
 from drill import cards, exitcodes, reviews
-from drill.console import console, fail_line, interactive, plural
+from drill.console import console, fail_line, interactive
 from drill.mathtext import render
 from drill.store import Store
+from drill.words import plural
 
 DEFAULT_LIMIT = 20
 RATING_KEYS = {"1": 1, "2": 2, "3": 3, "4": 4, "a": 1, "h": 2, "g": 3, "e": 4,

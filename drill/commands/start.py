@@ -10,8 +10,9 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from drill import catalog, exitcodes, paths, progress
-from drill.console import boxed, console, fail_line, plural
+from drill.console import boxed, console, fail_line
 from drill.store import Store
+from drill.words import plural
 
 
 def workspace_readme(topic: catalog.Topic) -> str:
