@@ -20,7 +20,8 @@ from pathlib import Path
 from drill import paths
 
 SCHEMA_VERSION = 1
-LOCK_WAIT_S = 15.0  # how long a command waits for another process to let go of the file
+# How long a command waits for another process to let go of the file (DRILL_LOCK_WAIT overrides).
+LOCK_WAIT_S = 15.0
 FIRST_WAIT_S = 2.0  # a short wait first, then one message, then the rest
 
 SCHEMA = """
@@ -58,6 +59,13 @@ def now_iso() -> str:
 
 class StoreError(Exception):
     """The progress database cannot be opened or written (reported in one line by the CLI)."""
+
+
+def _lock_wait_setting() -> float:
+    try:
+        return max(0.0, float(os.environ.get("DRILL_LOCK_WAIT", LOCK_WAIT_S)))
+    except ValueError:
+        return LOCK_WAIT_S
 
 
 def is_locked(exc: sqlite3.Error) -> bool:
@@ -116,7 +124,7 @@ class Store:
 
     def __init__(self, path: Path | None = None, lock_wait: float | None = None):
         self.path = Path(path) if path else paths.database()
-        self.lock_wait = LOCK_WAIT_S if lock_wait is None else lock_wait
+        self.lock_wait = lock_wait if lock_wait is not None else _lock_wait_setting()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

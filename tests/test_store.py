@@ -115,9 +115,9 @@ def test_a_write_that_meets_a_lock_fails_in_one_clear_error(drill_home):
 
 def test_a_malformed_database_is_moved_aside(drill_home, capsys):
     path = drill_home / "drill.sqlite3"
-    with Store() as store:
-        for n in range(3000):
-            store.set_setting(f"k{n}", "v" * 100)
+    with Store() as store, store.conn:  # one transaction: thousands of fsyncs would take a minute
+        store.conn.executemany("INSERT INTO settings (key, value) VALUES (?, ?)",
+                               [(f"k{n}", "v" * 100) for n in range(3000)])
     data = path.read_bytes()
     path.write_bytes(data[:4096] + b"\x00" * 4096 + data[8192:])  # a page of the table is zeroed
     with Store() as store:
@@ -249,3 +249,25 @@ def test_a_grade_that_cannot_be_saved_is_still_shown(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["check", str(path)])
     assert result.exit_code == 0 and "PASSED" in result.output
     assert "not saved to your progress" in result.output and "locked" in result.output
+
+
+def test_a_command_facing_a_lock_says_so_and_leaves_the_file(drill_home):
+    import os
+    import subprocess
+    import sys
+
+    with Store() as store:
+        store.record_attempt("flashattention/online-softmax", "pass", "/x.py", 1.0, {})
+    other = _hold_lock(drill_home / "drill.sqlite3")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "drill", "status"], capture_output=True, text=True,
+                              env={**os.environ, "DRILL_LOCK_WAIT": "3"}, timeout=60)
+    finally:
+        other.rollback()
+        other.close()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and "waiting up to" in lines[0] and "locked by another process" in lines[1]
+    assert sorted(p.name for p in drill_home.iterdir()) == ["drill.sqlite3"]
+    with Store() as store:
+        assert store.passed("flashattention/online-softmax")
