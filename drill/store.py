@@ -1,8 +1,11 @@
 """Progress, hints, card reviews and settings in one SQLite database.
 
 Every write is one transaction, so a killed process leaves the previous state.
-A file that is not a readable database is moved aside (never deleted) and the
-user is told where it went.
+Only a file SQLite itself calls damaged ("not a database", "malformed") is moved
+aside (never deleted), and only where it can be moved; the user is told where it
+went. A lock held by another process is waited for, then reported; a read-only
+file or folder is reported. Neither is ever taken for damage. Paths are stored
+as text, or as their raw bytes when they are not UTF-8.
 """
 
 from __future__ import annotations
