@@ -2,7 +2,7 @@
 
 One mistake often fails many checks with the same likely mistake; the report says
 it once, under the first check it explains, and marks the other checks with its
-number, so a stub or a single slip stays a screenful. On a terminal the report is
+number ([1]), so a stub or a single slip stays a screenful. On a terminal the report is
 a panel; piped, it is plain lines that the caller prints with soft_wrap, so prose
 is never cut at a width.
 """
@@ -58,7 +58,11 @@ def group_diagnoses(checks: list[CheckResult]) -> dict[int, Diagnosis]:
         if key in by_key:
             by_key[key].others.append(check)
         else:
-            by_key[key] = shown[index] = Diagnosis(len(by_key) + 1, check)
+            by_key[key] = shown[index] = Diagnosis(0, check)
+    # Only a diagnosis that explains several checks needs a number to point at: 1, 2, ...
+    shared = [d for d in shown.values() if d.others]
+    for number, diagnosis in enumerate(shared, start=1):
+        diagnosis.number = number
     return shown
 
 
@@ -70,17 +74,15 @@ def report(result: GradeResult, title: str, plain: bool = False) -> RenderableTy
     """
     shown = group_diagnoses(result.checks)
     number_of = {id(c): d.number for d in shown.values() for c in d.others}
-    several = len(shown) > 1
     rows: list[tuple[Text, Text, str]] = []
     for index, check in enumerate(result.checks):
         mark, style = MARKS.get(check.status, ("?", "muted"))
         name = Text(check.name)
         if id(check) in number_of:
-            name.append(f"  [{number_of[id(check)]}] same as above" if several else "  (same as above)",
-                        style="muted")
+            name.append(f"  [{number_of[id(check)]}]", style="muted")  # short: long names must not wrap
         rows.append((Text(mark, style=style), name, f"{check.seconds:.2f}s"))
         if index in shown:
-            rows.append((Text(""), _details(shown[index], several), ""))
+            rows.append((Text(""), _details(shown[index]), ""))
     parts: list[RenderableType] = []
     if rows:
         parts.append(_plain_rows(rows) if plain else _table(rows))
@@ -126,10 +128,10 @@ def _plain_rows(rows: list[tuple[Text, Text, str]]) -> Text:
     return out
 
 
-def _details(diagnosis: Diagnosis, numbered: bool) -> Text:
+def _details(diagnosis: Diagnosis) -> Text:
     check = diagnosis.first
     text = Text()
-    if numbered:
+    if diagnosis.others:
         text.append(f"[{diagnosis.number}] ", style="accent")
     for i, line in enumerate(check.message.splitlines()):
         if i:
@@ -141,7 +143,6 @@ def _details(diagnosis: Diagnosis, numbered: bool) -> Text:
         else:
             text.append(line, style="muted" if check.status == "skip" else "")
     if diagnosis.others:
-        marked = f"marked [{diagnosis.number}]" if numbered else "marked (same as above)"
-        text.append(f"\nthe same explains {plural(len(diagnosis.others), 'more check')} below, {marked}",
-                    style="muted")
+        text.append(f"\n[{diagnosis.number}] also explains the {plural(len(diagnosis.others), 'check')} "
+                    f"marked [{diagnosis.number}] below", style="muted")
     return text

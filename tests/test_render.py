@@ -40,8 +40,9 @@ def test_one_mistake_is_said_once_with_the_first_checks_details():
         text = rendered(sixteen_of_one_mistake(), plain)
         assert text.count(HINT) == 1 and text.count("L was computed in base 2") == 1
         assert "f(n=0)" in text and "f(n=1)" not in text  # the first failing check's details
-        assert "15 more checks" in text
-        assert text.count("[1] same as above") == 15
+        assert "also explains the 15 checks marked [1]" in text
+        assert text.count("[1]") == 15 + 3  # each marked check, the diagnosis and its last line
+        assert "[2]" not in text  # a diagnosis of one check needs no number
         for n in range(16):
             assert f"check {n}" in text  # every check still has its line
         assert len(text.splitlines()) < 40
@@ -53,7 +54,7 @@ def test_different_inputs_without_a_named_mistake_are_not_merged():
               CheckResult("c", "fail", "O is wrong (largest error 0.9)\ncalled: f(3)")]
     text = rendered(GradeResult("t/x", "x.py", "fail", "3 of 3 checks failed", checks), plain=True)
     assert "f(1)" in text and "f(2)" in text and "f(3)" not in text
-    assert "1 more check below" in text
+    assert "also explains the 1 check marked [1]" in text
 
 
 def test_piped_report_keeps_long_lines_whole():
