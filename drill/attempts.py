@@ -7,40 +7,78 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drill import catalog, exitcodes, progress
+from drill import catalog, exitcodes, paths, progress
 from drill.grader.result import GradeResult
-from drill.store import Store
+from drill.store import Store, StoreError
 
 
 def locate(target: str, store: Store) -> tuple[Path | None, str]:
-    """Find the file to grade: a path, else a file of that name (or exercise id) in a workspace."""
+    """Find the file to grade: a path; else, by file name or exercise id, the folder you stand in,
+    then the current topic's workspace, then the other topics' workspaces."""
     path = Path(target).expanduser()
     if path.exists():
         return path, ""
     ex = progress.resolve(target)
-    if "/" not in target or ex:
-        for topic in catalog.topic_names():
-            home = store.workspace(topic)
-            if home is None:
-                continue
-            for candidate in (home / target, home / ex.file if ex else None):
-                if candidate is not None and candidate.is_file():
-                    return candidate, ""
+    if "/" in target and not ex:
+        return None, f"no such file: {target}"
+    names = [target] + ([ex.file] if ex else [])
+    for folder in search_folders(store):
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name, ""
     return None, f"no such file: {target}"
 
 
-def grade_file(path: Path, timeout: float | None, store: Store):
-    """Grade `path` and record the attempt. Returns (exercise, result) or (None, reason)."""
+def search_folders(store: Store) -> list[Path]:
+    """Where a bare name is looked for, in order: here, the current topic's workspace, the rest."""
+    chosen = store.get_setting("topic")
+    topics = catalog.topic_names()
+    order = ([chosen] if chosen in topics else []) + [t for t in topics if t != chosen]
+    folders = [Path.cwd()]
+    for topic in order:
+        home = store.workspace(topic)
+        if home is not None and home not in folders:
+            folders.append(home)
+    return folders
+
+
+def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | None = None,
+               first_failure: bool = False):
+    """Grade `path` and record the attempt. Returns (exercise, result) or (None, reason).
+
+    `keyword` (a pytest -k expression) and `first_failure` go to the grader as they are. A run
+    of selected checks (-k) is not saved: passing some checks is not passing the exercise.
+    """
     from drill.grader.runner import grade
 
     ex = catalog.identify(path)
     if ex is None:
-        return None, (f"{path.name} is not a drill exercise: it has no '# drill: <topic>/<id>' header "
+        return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
+                      "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {progress.known_ids()})")
-    result = grade(ex, path, timeout)
-    store.record_attempt(ex.key, result.status, str(path.resolve()), result.seconds, result.to_json())
-    if result.status != "pass" and ex.cards:
-        _bring_cards_forward(store, ex)
+    options = {}
+    if keyword:
+        options["keyword"] = keyword
+    if first_failure:
+        options["first_failure"] = True
+    try:
+        result = grade(ex, path, timeout, **options)
+    except TypeError as exc:
+        if not options or "unexpected keyword" not in str(exc):
+            raise
+        flags = " and ".join(f for f, on in (("-k", keyword), ("--first-failure", first_failure)) if on)
+        return None, f"this drill's grader cannot select checks yet ({flags}); run without {flags}"
+    if keyword:
+        result.notes.append(f"only the checks matching -k {keyword!r} ran; this run is not saved "
+                            "to your progress")
+        return ex, result
+    try:
+        store.record_attempt(ex.key, result.status, path.resolve(), result.seconds, result.to_json())
+        if result.status != "pass" and ex.cards:
+            _bring_cards_forward(store, ex)
+    except StoreError as exc:
+        # The grade is still shown: only its record is missing.
+        result.notes.append(f"not saved to your progress: {exc}")
     return ex, result
 
 

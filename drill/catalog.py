@@ -147,3 +147,25 @@ def identify(path: Path) -> Exercise | None:
         if path.name == ex.file:
             return ex
     return None
+
+
+def timeouts_in_words() -> str:
+    """Each exercise's grading limit, grouped: '30 s for 01-05, 120 s for 06, 300 s for 07'.
+
+    Read from the catalogs, so `drill check --help` can never disagree with them.
+    """
+    groups: dict[float, list[str]] = {}
+    for ex in all_exercises():
+        groups.setdefault(ex.timeout, []).append(ex.number)
+    return ", ".join(f"{limit:g} s for {_number_ranges(numbers)}" for limit, numbers in sorted(groups.items()))
+
+
+def _number_ranges(numbers: list[str]) -> str:
+    """'01 02 03 05' -> '01-03, 05' (consecutive exercise numbers joined)."""
+    runs: list[list[str]] = []
+    for n in numbers:
+        if runs and n.isdigit() and runs[-1][-1].isdigit() and int(n) == int(runs[-1][-1]) + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hint": ("drill.commands.hint", "Reveal the next hint for an exercise."),
     "solution": ("drill.commands.solution", "Show the reference solution of an exercise."),
     "status": ("drill.commands.status", "Show progress on every exercise and the next step."),
+    "list": ("drill.commands.list", "Every exercise at a glance: state and checks passed."),
+    "reset": ("drill.commands.reset", "Put an exercise's stub back (your file is kept as a backup)."),
     "quiz": ("drill.commands.quiz", "Review follow-up question cards (spaced repetition)."),
     "mock": ("drill.commands.mock", "A timed mock interview question."),
     "export": ("drill.commands.export", "Export the follow-up cards (drill export anki FILE.apkg)."),
@@ -75,12 +77,15 @@ def cli() -> None:
 
 
 def main() -> None:
+    import sqlite3
+
     from drill.store import StoreError
 
     try:
         cli(prog_name="drill")
-    except StoreError as exc:
+    except (StoreError, sqlite3.Error) as exc:
+        # sqlite3.Error: a backstop for a statement the store did not wrap; still one line.
         from drill.console import fail_line
 
-        fail_line(str(exc))
+        fail_line(str(exc) if isinstance(exc, StoreError) else f"the progress database failed: {exc}")
         raise SystemExit(exitcodes.CANNOT)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions, RenderableType
 from rich.markup import escape
 from rich.theme import Theme
 
@@ -19,8 +19,35 @@ THEME = Theme(
     }
 )
 
-console = Console(theme=THEME, highlight=False)
-err_console = Console(theme=THEME, stderr=True, highlight=False)
+# Output to a file or a pipe has no width of its own; rich would take the terminal's (or 80)
+# and cut table columns. Piped tables get this many columns; prose is printed with soft_wrap.
+PIPED_WIDTH = 160
+
+
+class DrillConsole(Console):
+    def _piped_size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)
+        if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS"):
+            return ConsoleDimensions(max(size.width, PIPED_WIDTH), size.height)
+        return size
+
+    size = property(_piped_size, Console.size.fset)
+
+
+console = DrillConsole(theme=THEME, highlight=False)
+err_console = DrillConsole(theme=THEME, stderr=True, highlight=False)
+
+
+def boxed(body: RenderableType, title: str = "", **panel_options) -> RenderableType:
+    """A panel on a terminal; piped, the title on its own line and the body unframed, so prose
+    is not cut into the box's width (print it with soft_wrap=True)."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.text import Text
+
+    if console.is_terminal:
+        return Panel(body, title=title or None, title_align="left", **panel_options)
+    return Group(Text.from_markup(title), body) if title else body
 
 
 def interactive() -> bool:

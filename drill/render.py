@@ -1,39 +1,91 @@
-"""Rich renderings of grading results, shared by `check` and `watch`."""
+"""Rich renderings of grading results, shared by `check` and `watch`.
+
+One mistake often fails many checks with the same likely mistake; the report says
+it once, under the first check it explains, and marks the other checks with its
+number ([1]), so a stub or a single slip stays a screenful. On a terminal the report is
+a panel; piped, it is plain lines that the caller prints with soft_wrap, so prose
+is never cut at a width.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group
+from dataclasses import dataclass, field
+
+from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from drill.grader.result import GradeResult
+from drill.words import plural
+from drill.grader.result import CheckResult, GradeResult
 
 MARKS = {"pass": ("✔", "pass"), "fail": ("✘", "fail"), "skip": ("–", "muted"),
          "not-run": ("·", "muted")}
 TITLES = {"pass": "[pass]PASSED[/pass]", "fail": "[fail]FAILED[/fail]", "error": "[error]NOT GRADED[/error]"}
+DETAIL_LABELS = ("called", "yours", "expected", "likely mistake")
 
 
-def report(result: GradeResult, title: str) -> Panel:
-    """The report for one `drill check`: a line per check, diagnoses under the failures."""
-    parts = []
-    if result.checks:
-        table = Table.grid(padding=(0, 1))
-        table.add_column(width=1)
-        table.add_column()
-        table.add_column(justify="right", style="muted")
-        previous = None
-        for check in result.checks:
-            mark, style = MARKS.get(check.status, ("?", "muted"))
-            table.add_row(Text(mark, style=style), Text(check.name), f"{check.seconds:.2f}s")
-            if check.status in ("fail", "skip", "not-run") and check.message:
-                # A stub fails every check the same way: say it once.
-                same = check.message == previous
-                table.add_row("", Text("(same as above)", style="muted") if same
-                              else _diagnosis(check.message, check.status), "")
-                previous = check.message
-        parts.append(table)
+@dataclass
+class Diagnosis:
+    """One likely mistake and the checks it explains (the first one's details are shown)."""
+    number: int
+    first: CheckResult
+    others: list[CheckResult] = field(default_factory=list)
+
+
+def diagnosis_key(check: CheckResult) -> str:
+    """What makes two failures 'the same mistake': the named likely mistake when there is one,
+    else the message without the per-call lines (inputs and values differ from check to check)."""
+    hint = (check.details or {}).get("hint") or next(
+        (line.partition(": ")[2] for line in check.message.splitlines() if line.startswith("likely mistake: ")),
+        "")
+    if hint:
+        return "hint:" + hint
+    kept = [line for line in check.message.splitlines()
+            if line.partition(": ")[0] not in ("called", "yours", "expected")]
+    return "text:" + "\n".join(kept)
+
+
+def group_diagnoses(checks: list[CheckResult]) -> dict[int, Diagnosis]:
+    """Diagnoses keyed by the index of the check whose details are shown (the first it explains)."""
+    by_key: dict[str, Diagnosis] = {}
+    shown: dict[int, Diagnosis] = {}
+    for index, check in enumerate(checks):
+        if check.status not in ("fail", "skip", "not-run") or not check.message:
+            continue
+        key = check.status + "\0" + diagnosis_key(check)
+        if key in by_key:
+            by_key[key].others.append(check)
+        else:
+            by_key[key] = shown[index] = Diagnosis(0, check)
+    # Only a diagnosis that explains several checks needs a number to point at: 1, 2, ...
+    shared = [d for d in shown.values() if d.others]
+    for number, diagnosis in enumerate(shared, start=1):
+        diagnosis.number = number
+    return shown
+
+
+def report(result: GradeResult, title: str, plain: bool = False) -> RenderableType:
+    """The report for one `drill check`: a line per check, each diagnosis once.
+
+    plain=True (output to a file or pipe): no frame and no table, so nothing is cut or wrapped;
+    print it with soft_wrap=True.
+    """
+    shown = group_diagnoses(result.checks)
+    number_of = {id(c): d.number for d in shown.values() for c in d.others}
+    rows: list[tuple[Text, Text, str]] = []
+    for index, check in enumerate(result.checks):
+        mark, style = MARKS.get(check.status, ("?", "muted"))
+        name = Text(check.name)
+        if id(check) in number_of:
+            name.append(f"  [{number_of[id(check)]}]", style="muted")  # short: long names must not wrap
+        rows.append((Text(mark, style=style), name, f"{check.seconds:.2f}s"))
+        if index in shown:
+            rows.append((Text(""), _details(shown[index]), ""))
+    parts: list[RenderableType] = []
+    if rows:
+        parts.append(_plain_rows(rows) if plain else _table(rows))
     summary_style = {"pass": "pass", "fail": "fail"}.get(result.status, "error")
     parts.append(Text(""))
     parts.append(Text(result.message, style=summary_style))
@@ -42,19 +94,55 @@ def report(result: GradeResult, title: str) -> Panel:
         parts.append(Text(result.output.strip()[-800:], style="muted"))
     for note in result.notes:
         parts.append(Text(note, style="muted"))
-    return Panel(Group(*parts), title=f"{TITLES[result.status]} {escape(title)}", title_align="left",
-                 subtitle=f"{result.seconds:.1f}s · sandbox: {result.sandbox}", subtitle_align="right")
+    heading = f"{TITLES[result.status]} {escape(title)}"
+    tail = f"{result.seconds:.1f}s · sandbox: {result.sandbox}"
+    if plain:
+        return Group(Text.from_markup(f"{heading}  [muted]{escape(tail)}[/muted]"), *parts)
+    return Panel(Group(*parts), title=heading, title_align="left", subtitle=tail, subtitle_align="right")
 
 
-def _diagnosis(message: str, status: str) -> Text:
+def _table(rows: list[tuple[Text, Text, str]]) -> Table:
+    table = Table.grid(padding=(0, 1))
+    table.add_column(width=1)
+    table.add_column()
+    table.add_column(justify="right", style="muted")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _plain_rows(rows: list[tuple[Text, Text, str]]) -> Text:
+    out = Text()
+    for mark, body, seconds in rows:
+        if out:
+            out.append("\n")
+        if mark.plain:
+            out.append_text(mark)
+            out.append(" ")
+            out.append_text(body)
+            out.append(f"  {seconds}", style="muted")
+        else:
+            for i, line in enumerate(body.split()):
+                out.append(("\n" if i else "") + "    ")
+                out.append_text(line)
+    return out
+
+
+def _details(diagnosis: Diagnosis) -> Text:
+    check = diagnosis.first
     text = Text()
-    for i, line in enumerate(message.splitlines()):
+    if diagnosis.others:
+        text.append(f"[{diagnosis.number}] ", style="accent")
+    for i, line in enumerate(check.message.splitlines()):
         if i:
             text.append("\n")
         label, sep, rest = line.partition(": ")
-        if sep and label in ("called", "yours", "expected", "likely mistake"):
+        if sep and label in DETAIL_LABELS:
             text.append(f"{label}: ", style="accent" if label == "likely mistake" else "muted")
             text.append(rest)
         else:
-            text.append(line, style="muted" if status == "skip" else "")
+            text.append(line, style="muted" if check.status == "skip" else "")
+    if diagnosis.others:
+        text.append(f"\n[{diagnosis.number}] also explains the {plural(len(diagnosis.others), 'check')} "
+                    f"marked [{diagnosis.number}] below", style="muted")
     return text

@@ -22,6 +22,17 @@ def test_bench_without_gpu_says_so_and_exits_2(monkeypatch):
     assert len(text.strip().splitlines()) == 1
 
 
+def test_bench_json_without_gpu_is_a_json_document(monkeypatch):
+    import json
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(cli, ["bench", "--json"])
+    assert result.exit_code == exitcodes.CANNOT
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "error" and "GPU" in doc["reason"] and doc["rows"] == []
+
+
 def test_bench_help_lists_options():
     result = CliRunner().invoke(cli, ["bench", "--help"])
     assert result.exit_code == 0

@@ -156,3 +156,102 @@ def test_ctrl_c_during_a_check_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+
+
+def test_check_by_number_grades_the_folder_you_stand_in(tmp_path, monkeypatch):
+    first, last = tmp_path / "first", tmp_path / "last"
+    run("start", "flashattention", "--dir", str(first))
+    run("start", "flashattention", "--dir", str(last))  # the workspace started last
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", first / "01_online_softmax.py")
+    monkeypatch.chdir(first)
+    code, out = run("check", "01", "--json")
+    assert code == 0 and json.loads(out)["file"] == str((first / "01_online_softmax.py").resolve())
+    monkeypatch.chdir(tmp_path)  # no exercise here: the current topic's workspace
+    code, out = run("check", "01", "--json")
+    assert code == 1 and json.loads(out)["file"] == str((last / "01_online_softmax.py").resolve())
+
+
+def test_check_help_states_the_catalog_limits():
+    from drill import catalog
+
+    code, out = run("check", "--help")
+    text = " ".join(out.split())
+    for ex in catalog.all_exercises():
+        assert f"{ex.timeout:g} s for" in text
+    assert "60 s" not in text  # no exercise has a 60-second limit
+
+
+def test_keyword_and_first_failure_reach_the_grader_and_a_partial_run_is_not_saved(tmp_path, monkeypatch):
+    import drill.grader.runner as runner
+    from drill.grader.result import GradeResult
+
+    seen = []
+
+    def fake_grade(ex, path, timeout=None, **options):
+        seen.append(options)
+        return GradeResult(ex.key, str(path), "pass", "all 1 checks passed")
+
+    monkeypatch.setattr(runner, "grade", fake_grade)
+    path = tmp_path / "01_online_softmax.py"
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
+    code, out = run("check", str(path), "-k", "causal and not ragged")
+    assert code == 0 and "not saved" in out
+    code, out = run("check", str(path), "--first-failure")
+    assert seen == [{"keyword": "causal and not ragged"}, {"first_failure": True}]
+    with Store() as store:  # only the full run counts
+        assert len(store.attempts("flashattention/online-softmax")) == 1
+    code, out = run("check", str(path), "-k", " ")
+    assert code == 2 and "-k needs" in out
+
+
+def test_a_grader_without_keyword_support_says_so_in_one_line(tmp_path, monkeypatch):
+    import drill.grader.runner as runner
+    from drill.grader.result import GradeResult
+
+    def old_grade(ex, path, timeout=None):
+        return GradeResult(ex.key, str(path), "pass")
+
+    monkeypatch.setattr(runner, "grade", old_grade)
+    path = tmp_path / "01_online_softmax.py"
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
+    code, out = run("check", str(path), "-k", "causal")
+    assert code == 2 and "cannot select checks yet (-k)" in out
+
+
+def test_start_inside_a_git_checkout_says_where_the_workspace_went_and_how_to_move_it(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text('[project]\nname = "mlsys-drill"\n')
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code, out = run("start", "flashattention")
+    text = " ".join(out.split())
+    assert code == 0 and "inside drill's own source checkout" in text
+    move = next(line for line in out.splitlines() if line.strip().startswith("mv "))
+    target = tmp_path / "home" / "drill-flashattention"
+    assert move.split() == ["mv", str(repo / "flashattention"), str(target), "&&", "drill", "start",
+                            "flashattention", "--dir", str(target)]
+    # The advice works: moving and starting there keeps the files and registers the new place.
+    (repo / "flashattention" / "01_online_softmax.py").write_text("# drill: flashattention/online-softmax\n# mine\n")
+    target.parent.mkdir()
+    (repo / "flashattention").rename(target)
+    code, out = run("start", "flashattention", "--dir", str(target))
+    assert code == 0 and "kept your edited" in out and "Note:" not in out
+    with Store() as store:
+        assert store.workspace("flashattention") == target
+    monkeypatch.chdir(tmp_path)  # outside any repository: no note
+    code, out = run("start", "flashattention")
+    assert code == 0 and "Note:" not in out
+
+
+def test_a_file_name_that_is_not_utf8_is_graded_and_recorded(tmp_path):
+    import os
+
+    path = Path(os.fsdecode(bytes(tmp_path) + b"/attempt-\xff.py"))
+    shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
+    proc = subprocess.run([sys.executable, "-m", "drill", "check", str(path)], capture_output=True)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert "attempt-\ufffd.py" in proc.stdout.decode("utf-8")
+    with Store() as store:
+        assert store.passed("flashattention/online-softmax")
+        assert store.attempts("flashattention/online-softmax")[0].file == str(path)

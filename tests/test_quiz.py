@@ -138,7 +138,7 @@ def test_scripted_session_in_english(store):
     result = quiz("--followups", "--tag", "online-softmax", "--limit", "3", input="\n".join(script) + "\n")
     assert result.exit_code == 0, result.output
     assert first[0].q_en.split("(")[0].strip() in result.output
-    assert "Reviewed 3 card(s), 2 right." in result.output
+    assert "Reviewed 3 cards, 2 right." in result.output
     assert "More cards are due now" in result.output
     ratings = [row["rating"] for row in store.conn.execute("SELECT rating FROM reviews ORDER BY id")]
     assert ratings == [3, 1, 3]
@@ -159,7 +159,7 @@ def test_every_card_can_be_answered_right_in_one_session(store):
     script = [line for card in DECK.cards for line in right_answers(card)]
     result = quiz("--limit", str(len(DECK.cards)), input="\n".join(script) + "\n")
     assert result.exit_code == 0, result.output
-    assert f"Reviewed {len(DECK.cards)} card(s), {len(DECK.cards)} right." in result.output
+    assert f"Reviewed {len(DECK.cards)} cards, {len(DECK.cards)} right." in result.output
     assert "Next card due" in result.output
     # Everything is now scheduled: nothing due, and the command says when.
     again = quiz()
@@ -181,14 +181,14 @@ def test_numeric_and_choice_grading(store):
     assert result.output.count("Right.") == 2
     wrong = quiz("--cram", "--tag", "fa2", "--limit", "1",
                  input="\n".join(["", "1"]) + "\n")
-    assert "Reviewed 1 card(s), 0 right." in wrong.output
+    assert "Reviewed 1 card, 0 right." in wrong.output
 
 
 def test_end_of_input_ends_cleanly(store):
     result = quiz("--tag", "main", input="\n")  # reveals one card, then input ends
     assert result.exit_code == 0
     assert "Traceback" not in result.output
-    assert "Reviewed 0 card(s), 0 right." in result.output
+    assert "Reviewed 0 cards, 0 right." in result.output
     assert store.conn.execute("SELECT COUNT(*) FROM reviews").fetchone()[0] == 0
 
 
@@ -201,7 +201,7 @@ def test_cram_session_leaves_the_schedule_alone(store):
     script = [line for card_id in order for line in wrong_answers(DECK.get(card_id))]
     result = quiz("--cram", "--tag", "ring", "--limit", "50", input="\n".join(script) + "\n")
     assert result.exit_code == 0
-    assert f"Reviewed {len(tagged('ring'))} card(s), 0 right." in result.output
+    assert f"Reviewed {len(tagged('ring'))} cards, 0 right." in result.output
     assert "Cram session: the schedule did not change." in result.output
     assert table_rows(store) == before
 
@@ -220,7 +220,7 @@ def test_real_process_with_piped_input():
         input="\n\n", capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "Reviewed 1 card(s), 1 right." in done.stdout
+    assert "Reviewed 1 card, 1 right." in done.stdout
     assert done.stderr == ""
 
 

@@ -9,6 +9,19 @@ import click
 
 from drill import exitcodes
 from drill.console import console, fail_line
+from drill.install_hint import missing_package_advice
+
+
+JSON_SCHEMA = 1
+
+
+def _cannot(reason: str, as_json: bool) -> None:
+    """Exit 2 with the reason: one line on stderr, or with --json one JSON document on stdout."""
+    if as_json:
+        click.echo(json.dumps({"schema": JSON_SCHEMA, "status": "error", "reason": reason, "rows": []}))
+    else:
+        fail_line(reason)
+    raise SystemExit(exitcodes.CANNOT)
 
 
 def _gpu_or_reason() -> str:
@@ -16,13 +29,13 @@ def _gpu_or_reason() -> str:
     try:
         import torch
     except ImportError:
-        return "bench needs PyTorch with CUDA (pip install 'mlsys-drill[torch]') and a GPU"
+        return f"bench needs PyTorch and a CUDA GPU; {missing_package_advice('torch')}"
     if not torch.cuda.is_available():
         return "bench needs a CUDA GPU and none is visible here; try it on a machine with one"
     try:
         import triton  # noqa: F401
     except ImportError:
-        return "bench needs Triton (pip install triton)"
+        return f"bench needs Triton; {missing_package_advice('triton')}"
     return ""
 
 
@@ -69,8 +82,7 @@ def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
     """
     reason = _gpu_or_reason()
     if reason:
-        fail_line(reason)
-        raise SystemExit(exitcodes.CANNOT)
+        _cannot(reason, as_json)
 
     import torch
 
@@ -81,15 +93,14 @@ def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
         try:
             user = bench.load_user_kernel(kernel_file)
         except Exception as exc:
-            fail_line(f"cannot load {kernel_file}: {type(exc).__name__}: {exc}")
-            raise SystemExit(exitcodes.CANNOT)
+            _cannot(f"cannot load {kernel_file}: {type(exc).__name__}: {exc}", as_json)
     kw: dict = dict(ds=(128,), seqs=(4096,)) if quick else {}
     impls = [n for n in bench.IMPLS if not (quick and n == "flex")]
     log = (lambda line: None) if as_json else (lambda line: console.print(f"[muted]{line}[/muted]", soft_wrap=True))
     rows = bench.bench_table(impls=impls, user_fn=user, log=log, **kw)
     if as_json:
-        click.echo(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                               "rows": rows}, indent=1))
+        click.echo(json.dumps({"schema": JSON_SCHEMA, "status": "ok", "gpu": torch.cuda.get_device_name(),
+                               "torch": torch.__version__, "rows": rows}, indent=1))
     else:
         import triton
 

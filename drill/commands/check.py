@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import click
+from rich.markup import escape
 
-from drill import exitcodes, progress
+from drill import catalog, exitcodes, progress
 from drill.attempts import exit_code, grade_file, locate, next_step
 from drill.console import console, fail_line
+from drill.paths import shown
 from drill.store import Store
 
 
@@ -16,11 +18,17 @@ from drill.store import Store
 @click.argument("target", metavar="[FILE]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the report.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds before grading stops (default: the exercise's, 60 s for most).")
-def command(target: str, as_json: bool, timeout: float | None) -> None:
-    """Grade FILE (or an exercise id, in the workspace) against its hidden checks.
+              help=f"Seconds before grading stops (default: the exercise's own limit: "
+                   f"{catalog.timeouts_in_words()}).")
+@click.option("-k", "keyword", metavar="EXPR",
+              help="Run only the checks whose names match EXPR (as pytest -k); not saved to progress.")
+@click.option("--first-failure", "-x", is_flag=True, help="Stop at the first failing check.")
+def command(target: str, as_json: bool, timeout: float | None, keyword: str | None,
+            first_failure: bool) -> None:
+    """Grade FILE (or an exercise id) against its hidden checks.
 
-    Without FILE, grade the current exercise's file in the workspace.
+    A name or id is looked for in the folder you stand in, then in the current
+    topic's workspace. Without FILE, grade the current exercise.
 
     Exit code 0: every check passed; 1: some failed; 2: the file could not be graded.
     """
@@ -37,7 +45,9 @@ def command(target: str, as_json: bool, timeout: float | None) -> None:
             path, reason = None, f"{target} is a directory; name one exercise file in it"
         if path is None:
             _cannot(reason, target, as_json)
-        ex, result = grade_file(path, timeout, store)
+        if keyword is not None and not keyword.strip():
+            _cannot("-k needs part of a check's name, for example -k causal", target, as_json)
+        ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure)
         if ex is None:
             _cannot(result, target, as_json)
         if as_json:
@@ -45,10 +55,12 @@ def command(target: str, as_json: bool, timeout: float | None) -> None:
         else:
             from drill.render import report
 
-            console.print(report(result, f"{ex.key}  ({path.name})"))
-            step = next_step(ex, result.status, store)
+            piped = not console.is_terminal
+            console.print(report(result, f"{ex.key}  ({shown(path.name)})", plain=piped), soft_wrap=piped)
+            step = (f"Only some checks ran: [accent]drill check {escape(shown(path.name))}[/accent] "
+                    "without -k grades them all." if keyword else next_step(ex, result.status, store))
             if step:
-                console.print(step)
+                console.print(step, soft_wrap=piped)
     raise SystemExit(exit_code(result))
 
 

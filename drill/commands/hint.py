@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import click
-from rich.panel import Panel
 from rich.text import Text
 
 from drill import exitcodes, progress
-from drill.console import console, fail_line
+from drill.console import boxed, console, fail_line
 from drill.store import Store
 
 
@@ -35,9 +34,9 @@ def command(exercise: str | None, show_all: bool) -> None:
             console.print(f"No hints revealed yet: run [accent]drill hint {ex.id}[/accent].")
         for number in range(1, seen + 1) if show_all else range(seen, seen + 1):
             # Text, not markup: hints contain shapes such as [Br, Bc].
-            console.print(Panel(Text(ex.hints[number - 1]),
-                                title=f"[accent]hint {number} of {len(ex.hints)}[/accent] · {ex.id}",
-                                title_align="left"))
+            console.print(boxed(Text(ex.hints[number - 1]),
+                                f"[accent]hint {number} of {len(ex.hints)}[/accent] · {ex.id}"),
+                          soft_wrap=not console.is_terminal)
         if seen >= len(ex.hints):
             console.print(f"That was the last hint. After a pass, [accent]drill solution {ex.id}[/accent] "
                           "shows the reference.", style="muted")

@@ -22,6 +22,7 @@ from drill import cards, exitcodes, reviews
 from drill.console import console, fail_line, interactive
 from drill.mathtext import render
 from drill.store import Store
+from drill.words import plural
 
 DEFAULT_LIMIT = 20
 RATING_KEYS = {"1": 1, "2": 2, "3": 3, "4": 4, "a": 1, "h": 2, "g": 3, "e": 4,
@@ -39,7 +40,7 @@ WORDS = {
         "invalid": "Didn't catch that; try again.",
         "reciprocal": "That is the reciprocal: the card asks for the factor (greater than 1).",
         "answer": "Answer", "source": "Source", "next": "next review {when}",
-        "summary": "Reviewed {n} card(s), {right} right.",
+        "summary": "Reviewed {cards}, {right} right.",
         "cram": "Cram session: the schedule did not change.",
         "more_due": "More cards are due now: run `drill quiz` again.",
         "next_due": "Next card due {when} ({at}).",
@@ -221,7 +222,8 @@ class Session:
 
     def print_summary(self, next_due_line: str) -> None:
         right = sum(1 for rating in self.ratings if rating != AGAIN)
-        lines = [self.words["summary"].format(n=len(self.ratings), right=right)]
+        count = len(self.ratings)
+        lines = [self.words["summary"].format(n=count, cards=plural(count, "card"), right=right)]
         lines.append(self.words["cram"] if self.cram else next_due_line)
         body = Text("\n".join(lines))
         if self.io.tty:

@@ -11,6 +11,9 @@ from drill import exitcodes
 from drill.console import console, fail_line, interactive
 
 
+WORKED_EXAMPLE = ("1", "3", "2", "5")  # the row of exercise 01's docstring and its cards
+
+
 def _cannot(reason: str) -> None:
     fail_line(reason)
     raise SystemExit(exitcodes.CANNOT)
@@ -110,6 +113,8 @@ def _step_by_key(t) -> None:
 def online_softmax(values: tuple[str, ...], block: int) -> None:
     """Stream one row X... in blocks: running max m, sum ℓ and the rescale factor after each.
 
+    Without X, the worked example: 1 3 2 5 in blocks of 2.
+
     \b
     Example (the card's row):  drill show online-softmax 1 3 2 5 --block 2
     -inf masks an entry; commas work as separators too.
@@ -118,6 +123,12 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
 
     if block < 1:
         _cannot(f"--block must be at least 1 (got {block})")
+    if not values:
+        # No row given: the worked example of exercise 01 and its cards, in blocks of two.
+        values = WORKED_EXAMPLE
+        console.print("No numbers given: the worked example, row (1 3 | 2 5) in blocks of "
+                      f"{block}. Give your own: drill show online-softmax 4 -1 0 7", style="muted",
+                      soft_wrap=True)
     try:
         row = ov.parse_values(values)
     except ov.BadRow as exc:
@@ -160,6 +171,8 @@ def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dty
         auto_br, auto_bc = iov.block_sizes(m, d)
     if plot_path and not Path(plot_path).expanduser().resolve().parent.is_dir():
         _cannot(f"--plot {plot_path}: its folder does not exist")
+    if plot_path and not _has_matplotlib():
+        _cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
     br, bc = br or auto_br, bc or auto_bc
     console.print(iov.summary(s_max, d, br, bc, dtype_bytes, how if (br, bc) == (auto_br, auto_bc) else None))
     if plot_path:
@@ -170,14 +183,20 @@ def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
     from drill.visual import io as iov
 
     try:
-        import matplotlib  # noqa: F401  (only to learn whether it is there)
-    except ImportError:
-        _cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
-    try:
         iov.plot(path, s_max, d, br, dtype_bytes)
     except (OSError, ValueError) as exc:
         _cannot(f"could not write the plot to {path}: {exc}")
     console.print(f"wrote [accent]{path}[/accent]")
+
+
+def _has_matplotlib() -> bool:
+    # Asked before the table is printed, so a missing matplotlib is the only output.
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules (blocked) raises ValueError
+        return False
 
 
 @command.command(name="ring")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
 from rich.markdown import Markdown
-from rich.panel import Panel
 from rich.text import Text
 
-from drill import catalog, exitcodes, progress
-from drill.console import console, fail_line
+from drill import catalog, exitcodes, paths, progress
+from drill.console import boxed, console, fail_line
 from drill.store import Store
+from drill.words import plural
 
 
 def workspace_readme(topic: catalog.Topic) -> str:
@@ -49,6 +50,25 @@ def default_target(topic: catalog.Topic) -> Path:
     return here / topic.name
 
 
+def _warn_if_in_a_repository(target: Path, topic: str) -> None:
+    """A workspace made by default inside a git checkout (often drill's own) ends up in that
+    project's `git status`: say where it went and the two commands that move it."""
+    root = paths.git_root(target.parent)
+    if root is None:
+        return
+    what = "drill's own source checkout" if paths.is_drill_checkout(root) else "the git repository"
+    elsewhere = Path.home() / f"drill-{topic}"
+    n = 1
+    while elsewhere.exists():  # mv into an existing folder would nest the workspace inside it
+        n += 1
+        elsewhere = Path.home() / f"drill-{topic}-{n}"
+    old, new = shlex.quote(str(target)), shlex.quote(str(elsewhere))
+    console.print(Text.assemble(
+        ("Note: ", "warn"), f"this workspace is inside {what} at {root}. To keep your work apart from it, "
+        f"move it (your edits come along; drill start only registers the new place):\n"
+        f"  mv {old} {new} && drill start {topic} --dir {new}"), soft_wrap=True)
+
+
 @click.command(name="start")
 @click.argument("topic")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
@@ -73,12 +93,16 @@ def command(topic: str, directory: Path | None) -> None:
         store.set_setting("topic", topic)
         following = progress.current(store, topic)
 
-    console.print(Panel(Text(spec.intro.strip()), title=f"[accent]{spec.title}[/accent]", title_align="left"))
+    console.print(boxed(Text(spec.intro.strip()), f"[accent]{spec.title}[/accent]"),
+                  soft_wrap=not console.is_terminal)
     console.print(f"Workspace: [accent]{target}[/accent]")
     if written:
-        console.print(f"  wrote {len(written)} files: {', '.join(written)}", style="muted")
+        console.print(f"  wrote {plural(len(written), 'file')}: {', '.join(written)}", style="muted",
+                      soft_wrap=True)
     for name in kept:
         console.print(f"  kept your edited [warn]{name}[/warn] (not overwritten)")
+    if directory is None:
+        _warn_if_in_a_repository(target, topic)
     if following is None:
         console.print(Markdown("Every exercise is passed. Next: `drill quiz --followups` and "
                                f"`drill mock {topic}`."))

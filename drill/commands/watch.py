@@ -3,16 +3,20 @@
 The loop waits on one queue fed by two threads: a watchfiles watcher on the
 file's directory (editors often save by writing a new file and renaming it, so
 the directory is watched, not the file) and a reader on stdin for the keys
-(Enter re-runs, n moves on to the next exercise after a pass, q quits).
+(Enter re-runs, n moves on to the next exercise after a pass, q quits). On a terminal
+the keys act at once (cbreak mode); from a pipe, one command per line.
 `run_cycle` is one check and its report, usable without a terminal (--once).
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import queue
+import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +27,13 @@ from rich.text import Text
 from drill import catalog, exitcodes, progress
 from drill.attempts import exit_code, grade_file, locate, next_step
 from drill.console import console, fail_line, interactive
+from drill.paths import shown
 from drill.store import Store
 
 CHANGED, KEY = "changed", "key"
+ESCAPE_SEQUENCE = re.compile(r"\x1b(\[[0-9;]*[A-Za-z~]|.)?")  # arrow keys and the like: ignored
 KEYS_HELP = "save the file to re-check · Enter: re-run · q: quit"
+LINE_KEYS_HELP = "save the file to re-check · Enter: re-run · q then Enter: quit"  # stdin is not a terminal
 
 
 @dataclass
@@ -91,7 +98,7 @@ def run_cycle(path: Path, store: Store, timeout: float | None = None) -> Cycle:
     return cycle
 
 
-def render_cycle(cycle: Cycle, store: Store, keys: bool = False) -> Group:
+def render_cycle(cycle: Cycle, store: Store, keys: bool = False, instant: bool = True) -> Group:
     """The latest report, then what to do next."""
     from drill.render import report
 
@@ -100,12 +107,14 @@ def render_cycle(cycle: Cycle, store: Store, keys: bool = False) -> Group:
         head = Text()
         head.append("drill watch ", style="accent")
         head.append(f"{cycle.path}  ·  checked {time.strftime('%H:%M:%S')}\n", style="muted")
-        head.append(KEYS_HELP + (" · n: next exercise" if cycle.next_path else ""), style="muted")
+        head.append((KEYS_HELP if instant else LINE_KEYS_HELP) + (" · n: next exercise" if cycle.next_path else ""),
+                    style="muted")
         parts.append(head)
     if cycle.result is None:
         parts.append(Text(f"not graded: {cycle.reason}", style="error"))
         return Group(*parts)
-    parts.append(report(cycle.result, f"{cycle.exercise.key}  ({cycle.path.name})"))
+    parts.append(report(cycle.result, f"{cycle.exercise.key}  ({shown(cycle.path.name)})",
+                        plain=not console.is_terminal))
     if cycle.result.status == "pass":
         nxt = cycle.next_exercise
         if nxt is None:
@@ -113,7 +122,8 @@ def render_cycle(cycle: Cycle, store: Store, keys: bool = False) -> Group:
                 f"Every exercise passed: try [accent]drill mock {cycle.exercise.topic}[/accent]"))
         elif cycle.next_path and keys:
             parts.append(Text.from_markup(
-                f"Next: [accent]{nxt.file}[/accent] ({nxt.title}). Press [accent]n[/accent] then Enter to "
+                f"Next: [accent]{nxt.file}[/accent] ({nxt.title}). Press [accent]n[/accent]"
+                f"{'' if instant else ' then Enter'} to "
                 f"watch it, or compare first: drill solution {cycle.exercise.id}"))
         else:
             where = cycle.next_path or nxt.file
@@ -156,14 +166,17 @@ class FileWatcher:
         self.thread.join(timeout=2)
 
 
-def read_keys(events: queue.Queue, fd: int = 0) -> threading.Thread:
-    """A thread that puts each line typed on stdin as (KEY, line).
+def read_keys(events: queue.Queue, fd: int = 0, instant: bool = False) -> threading.Thread:
+    """A thread that puts what is typed on stdin on the queue as (KEY, text).
 
-    os.read, not sys.stdin: a daemon thread blocked inside sys.stdin's buffered
-    reader can abort the interpreter at exit.
+    instant (a terminal in cbreak mode): every key at once, Enter as ''. Otherwise one
+    (KEY, line) per line. os.read, not sys.stdin: a daemon thread blocked inside
+    sys.stdin's buffered reader can abort the interpreter at exit.
     """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
     def run() -> None:
-        pending = b""
+        pending = ""
         while True:
             try:
                 chunk = os.read(fd, 1024)
@@ -171,29 +184,55 @@ def read_keys(events: queue.Queue, fd: int = 0) -> threading.Thread:
                 return
             if not chunk:
                 return  # end of input: file changes still trigger checks
-            pending += chunk
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                events.put((KEY, line.decode("utf-8", "replace")))
+            pending += decoder.decode(chunk)
+            if instant:
+                for key in ESCAPE_SEQUENCE.sub("", pending):
+                    if key in ("\r", "\n"):
+                        events.put((KEY, ""))
+                    elif key.isprintable():
+                        events.put((KEY, key))
+                pending = ""
+                continue
+            while "\n" in pending:
+                line, pending = pending.split("\n", 1)
+                events.put((KEY, line))
 
     thread = threading.Thread(target=run, name="drill-watch-keys", daemon=True)
     thread.start()
     return thread
 
 
+@contextmanager
+def single_keys(fd: int = 0):
+    """cbreak mode on a terminal, so keys act without Enter (Ctrl-C still interrupts);
+    yields whether it is on. The terminal is restored however the loop ends."""
+    if not os.isatty(fd):
+        yield False
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
 def watch_loop(path: Path, store: Store, timeout: float | None, events: queue.Queue,
-               watcher_factory=FileWatcher, show=None) -> int:
+               watcher_factory=FileWatcher, show=None, instant: bool = False) -> int:
     """Check, show, wait for a save or a key; until q. Returns the last check's exit code."""
     show = show or _show
     watcher = watcher_factory(path, events)
     try:
-        cycle = _check_and_show(path, store, timeout, show)
+        cycle = _check_and_show(path, store, timeout, show, instant)
         while True:
             kind, value = events.get()
             if kind == CHANGED:
                 _drain(events, CHANGED)  # one check for a burst of saves
                 if path.exists():
-                    cycle = _check_and_show(path, store, timeout, show)
+                    cycle = _check_and_show(path, store, timeout, show, instant)
                 continue
             key = value.strip().lower()
             if key.startswith("\0"):
@@ -204,14 +243,14 @@ def watch_loop(path: Path, store: Store, timeout: float | None, events: queue.Qu
                 watcher.close()
                 path = cycle.next_path
                 watcher = watcher_factory(path, events)
-                cycle = _check_and_show(path, store, timeout, show)
+                cycle = _check_and_show(path, store, timeout, show, instant)
             elif key == "n":
                 show(Text("n moves on once this file passes and the next exercise's file is in your "
                           "workspace (drill start puts it there)", style="muted"))
             elif key in ("", "r"):
-                cycle = _check_and_show(path, store, timeout, show)
+                cycle = _check_and_show(path, store, timeout, show, instant)
             else:
-                show(Text(f"unknown key {key!r}: {KEYS_HELP}", style="muted"))
+                show(Text(f"unknown key {key!r}: {KEYS_HELP if instant else LINE_KEYS_HELP}", style="muted"))
     finally:
         watcher.close()
 
@@ -229,24 +268,25 @@ def _drain(events: queue.Queue, kind: str) -> None:
         events.put(item)
 
 
-def _check_and_show(path: Path, store: Store, timeout: float | None, show) -> Cycle:
+def _check_and_show(path: Path, store: Store, timeout: float | None, show, instant: bool = False) -> Cycle:
     with console.status(f"checking {path.name} …"):
         cycle = run_cycle(path, store, timeout)
-    show(render_cycle(cycle, store, keys=True), clear=True)
+    show(render_cycle(cycle, store, keys=True, instant=instant), clear=True)
     return cycle
 
 
 def _show(renderable, clear: bool = False) -> None:
     if clear and console.is_terminal:
         console.clear()
-    console.print(renderable)
+    console.print(renderable, soft_wrap=not console.is_terminal)
 
 
 @click.command(name="watch")
 @click.argument("target", metavar="[FILE]", required=False)
 @click.option("--once", is_flag=True, help="Check once, print the report and exit (exit code as drill check).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds before one check stops (default: the exercise's).")
+              help=f"Seconds before one check stops (default: the exercise's own limit: "
+                   f"{catalog.timeouts_in_words()}).")
 def command(target: str | None, once: bool, timeout: float | None) -> None:
     """Re-check FILE every time it is saved (default: the current exercise in your workspace).
 
@@ -262,12 +302,13 @@ def command(target: str | None, once: bool, timeout: float | None) -> None:
             if cycle.result is None:
                 fail_line(cycle.reason)
             else:
-                console.print(render_cycle(cycle, store))
+                console.print(render_cycle(cycle, store), soft_wrap=not console.is_terminal)
             raise SystemExit(cycle.exit_code)
         events: queue.Queue = queue.Queue()
-        read_keys(events)
         try:
-            code = watch_loop(path, store, timeout, events)
+            with single_keys() as instant:
+                read_keys(events, instant=instant)
+                code = watch_loop(path, store, timeout, events, instant=instant)
         except KeyboardInterrupt:
             console.print("\n[muted]stopped watching[/muted]")
             raise SystemExit(exitcodes.OK)

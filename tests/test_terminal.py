@@ -1,0 +1,123 @@
+"""The live quiz, the mock countdown and `drill watch` in a real pseudo-terminal: keys are
+typed, and the assertions read the screen as a person sees it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+
+import pytest
+
+pytest.importorskip("pexpect")
+pytest.importorskip("pyte")
+
+from drill import cards, paths  # noqa: E402
+from drill.store import Store  # noqa: E402
+from terminal import Terminal  # noqa: E402
+
+DECK = cards.load_deck("flashattention")
+FIRST, SECOND = "01_online_softmax.py", "02_tiling_shapes.py"
+
+
+@pytest.fixture
+def term():
+    opened: list[Terminal] = []
+
+    def start(*args: str, **kwargs) -> Terminal:
+        opened.append(Terminal(*args, **kwargs))
+        return opened[-1]
+
+    yield start
+    for t in opened:
+        t.close()
+
+
+# -- quiz ------------------------------------------------------------------------
+
+
+def test_live_quiz_reveals_rates_and_summarises(term):
+    card = DECK.cards[0]
+    assert card.kind == "recall"
+    t = term("quiz", "--limit", "1")
+    t.wait_for(card.id)  # the question panel's title
+    t.type("\r")  # reveal
+    t.wait_for("Answer")
+    t.wait_for("How well did you know it?")
+    t.type("3\r")  # Good
+    screen = t.wait_for("Reviewed 1 card, 1 right.")
+    assert "next review in" in screen
+    assert t.exit_status() == 0
+    with Store() as store:
+        assert store.card_state(card.id) is not None
+
+
+def test_live_quiz_numeric_answer_and_a_typo(term):
+    card = DECK.with_tag("pitfalls")[0]
+    assert card.kind == "numeric"
+    t = term("quiz", "--tag", "pitfalls", "--limit", "1")
+    t.wait_for("Your answer (a number")
+    t.type("forty\r")  # not a number: asked again, not graded
+    t.wait_for("Didn't catch that")
+    t.type(f"{card.answer:g}\r")
+    t.wait_for("Right.")
+    t.wait_for("Reviewed 1 card, 1 right.")
+    assert t.exit_status() == 0
+
+
+# -- mock --------------------------------------------------------------------------
+
+
+def clock(screen: str) -> int:
+    m, s = re.search(r"(\d+):(\d\d) left", screen).groups()
+    return int(m) * 60 + int(s)
+
+
+def test_mock_countdown_ticks_while_typing_and_enter_hands_in(term):
+    t = term("mock", "flashattention", "--question", "online-softmax", "--time", "60")
+    first = clock(t.wait_for(" left"))
+    t.type("keep a running max per row")  # cbreak: what is typed shows without Enter
+    t.wait_for("keep a running max per row▌")
+    time.sleep(2.5)
+    t.pump(0.5)
+    assert clock(t.text) <= first - 2  # the clock kept ticking while keys arrived
+    t.type("\r\r")  # Enter, then Enter on the empty line: hand in
+    screen = t.wait_for("Covered")
+    assert "✓" in screen and "Key points" in screen
+    assert t.exit_status() == 0
+
+
+def test_mock_time_running_out_hands_in_what_was_typed(term):
+    t = term("mock", "flashattention", "--question", "online-softmax", "--time", "5")
+    t.wait_for(" left")
+    t.type("running max")
+    screen = t.wait_for("Covered", limit=25)
+    assert "⏱ time is up" in screen and "running max▌" in screen
+    assert "Covered 1 of" in screen and "No answer was given" not in screen
+    assert t.exit_status() == 0
+
+
+# -- watch -------------------------------------------------------------------------
+
+
+def test_watch_keys_act_without_enter(term, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name in (FIRST, SECOND):
+        shutil.copy(paths.exercises_root() / "flashattention" / name, ws / name)
+    with Store() as store:
+        store.set_workspace("flashattention", ws)
+        store.set_setting("topic", "flashattention")
+    t = term("watch", str(ws / FIRST))
+    screen = t.wait_for("checks failed")
+    assert "q: quit" in screen and "then Enter" not in screen
+    time.sleep(0.5)  # let the watcher settle before the save
+    shutil.copy(paths.solutions_root() / "flashattention" / FIRST, ws / FIRST)
+    screen = t.wait_for("checks passed")
+    assert "Press n to watch it" in screen
+    t.type("n")  # no Enter
+    t.wait_for("flashattention/tiling-shapes")
+    t.type("x")
+    t.wait_for("unknown key 'x'")
+    t.type("q")
+    assert t.exit_status() == 0
