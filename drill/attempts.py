@@ -56,18 +56,7 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
         return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
                       "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {progress.known_ids()})")
-    options = {}
-    if keyword:
-        options["keyword"] = keyword
-    if first_failure:
-        options["first_failure"] = True
-    try:
-        result = grade(ex, path, timeout, **options)
-    except TypeError as exc:
-        if not options or "unexpected keyword" not in str(exc):
-            raise
-        flags = " and ".join(f for f, on in (("-k", keyword), ("--first-failure", first_failure)) if on)
-        return None, f"this drill's grader cannot select checks yet ({flags}); run without {flags}"
+    result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure)
     if keyword:
         result.notes.append(f"only the checks matching -k {keyword!r} ran; this run is not saved "
                             "to your progress")

@@ -197,25 +197,32 @@ def test_keyword_and_first_failure_reach_the_grader_and_a_partial_run_is_not_sav
     code, out = run("check", str(path), "-k", "causal and not ragged")
     assert code == 0 and "not saved" in out
     code, out = run("check", str(path), "--first-failure")
-    assert seen == [{"keyword": "causal and not ragged"}, {"first_failure": True}]
+    assert seen == [{"keyword": "causal and not ragged", "first_failure": False},
+                    {"keyword": None, "first_failure": True}]
     with Store() as store:  # only the full run counts
         assert len(store.attempts("flashattention/online-softmax")) == 1
     code, out = run("check", str(path), "-k", " ")
     assert code == 2 and "-k needs" in out
 
 
-def test_a_grader_without_keyword_support_says_so_in_one_line(tmp_path, monkeypatch):
-    import drill.grader.runner as runner
-    from drill.grader.result import GradeResult
-
-    def old_grade(ex, path, timeout=None):
-        return GradeResult(ex.key, str(path), "pass")
-
-    monkeypatch.setattr(runner, "grade", old_grade)
+def test_keyword_runs_only_matching_checks_and_first_failure_stops(tmp_path):
     path = tmp_path / "01_online_softmax.py"
     shutil.copy(SOLUTIONS / "01_online_softmax.py", path)
-    code, out = run("check", str(path), "-k", "causal")
-    assert code == 2 and "cannot select checks yet (-k)" in out
+    code, out = run("check", str(path), "-k", "worked example", "--json")
+    assert code == 2 and "not a valid expression" in json.loads(out)["message"]
+    code, out = run("check", str(path), "-k", "nothing-like-this", "--json")
+    assert code == 2 and "no check's name contains" in json.loads(out)["message"]
+    code, out = run("check", str(path), "-k", "worked and example", "--json")
+    doc = json.loads(out)
+    assert code == 0 and [c["name"] for c in doc["checks"]] == [
+        "The worked example (1, 3 | 2, 5) stepped block by block"]
+    stub = tmp_path / "stub" / "01_online_softmax.py"
+    stub.parent.mkdir()
+    shutil.copy(SOLUTIONS.parent.parent / "exercises" / "flashattention" / "01_online_softmax.py", stub)
+    code, out = run("check", str(stub), "--first-failure", "--json")
+    doc = json.loads(out)
+    assert code == 1 and [c["status"] for c in doc["checks"]][:1] == ["fail"]
+    assert doc["checks"][-1]["status"] == "not-run" and "first failure" in doc["message"]
 
 
 def test_start_inside_a_git_checkout_says_where_the_workspace_went_and_how_to_move_it(tmp_path, monkeypatch):

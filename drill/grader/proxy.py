@@ -24,6 +24,7 @@ HERE = Path(__file__).parent
 OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what the user's code may print before it is stopped
 RESULT_LIMIT_BYTES = 2 * 1024**3
 WATCH_INTERVAL_S = 0.05
+TIMED_OUT = "did not answer in time"
 
 
 class UserCodeError(Exception):
@@ -115,8 +116,9 @@ class Subject:
         if wait:
             self.wait_loaded()
 
-    def wait_loaded(self) -> None:
-        """Finish start(): the handshake, then the user's file is imported."""
+    def wait_loaded(self, deadline: float | None = None) -> None:
+        """Finish start(): the handshake, then the user's file is imported (by `deadline`, a time.time())."""
+        limit = None if deadline is None else time.monotonic() + max(0.0, deadline - time.time())
         try:
             header, _ = self._receive(time.monotonic() + 60)
             if header.get("event") != "hello":
@@ -124,7 +126,7 @@ class Subject:
             self.base_rss = sandbox.status_bytes(self.proc.pid, "VmRSS")
             self.base_group = self.group.read("usage") if self.group else 0
             protocol.send(self.requests, {"op": "load"})
-            header, _ = self._receive(None)
+            header, _ = self._receive(limit)
         except SubjectGone as gone:
             self.load_error = gone.reason
             return
@@ -213,7 +215,7 @@ class Subject:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 self.close()
-                raise SubjectGone("did not answer in time")
+                raise SubjectGone(TIMED_OUT)
         try:
             return protocol.receive(self.responses, RESULT_LIMIT_BYTES)
         except EOFError:

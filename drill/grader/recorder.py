@@ -76,14 +76,21 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
 
 
 class Recorder:
-    def __init__(self, emit, deadline: float, memory_mb: int):
+    def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False):
         self.emit = emit
+        self.first_failure = first_failure
         self.deadline = deadline  # time.time() by which a running check is stopped
         self.limit_s = 0.0  # the time the running check was given
         self.memory_mb = memory_mb
         self.started: dict[str, float] = {}
         self.failed_phase: dict[str, dict] = {}
         self.skipped: dict[str, str] = {}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # `drill check -k EXPR` is pytest's -k: let its words match the name a learner sees.
+        for item in items:
+            item.extra_keyword_matches.add(check_name(item))
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -121,7 +128,10 @@ class Recorder:
             if isinstance(call.excinfo.value, CheckTimeout):
                 # Later checks would most likely hang the same way: stop, and say so.
                 item.session.shouldstop = "a check timed out; the remaining checks were not run"
-                self.emit(event="stopped")
+                self.emit(event="stopped", reason="timeout")
+            elif self.first_failure:
+                item.session.shouldstop = "stopped at the first failure"
+                self.emit(event="stopped", reason="first failure")
         if report.when == "teardown":
             failure = self.failed_phase.get(item.nodeid)
             skipped = self.skipped.get(item.nodeid)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from drill import userfile
+from drill.words import plural
 from drill.catalog import Exercise
 from drill.grader.result import CheckResult, GradeResult
 
@@ -96,7 +97,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             "functions": list(exercise.functions), "deadline": deadline, "memory_mb": exercise.memory_mb,
             # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU.
             "cap_address_space": not gpu, "scratch": tmp, "hidden": hidden_paths(),
-            "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure,
+            "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = subprocess.Popen(
@@ -113,7 +114,8 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             _stop(proc)
             stderr.seek(0)
             worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
-        result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error)
+        result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
+                          keyword)
     result.seconds = round(time.perf_counter() - started, 3)
     return result
 
@@ -177,7 +179,8 @@ def clean(text) -> str:
     return _CONTROL.sub("", str(text))
 
 
-def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout, worker_error) -> GradeResult:
+def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout, worker_error,
+             keyword=None) -> GradeResult:
     first = {}
     for e in events:
         first.setdefault(e.get("event"), e)
@@ -211,7 +214,13 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
         if worker_error.strip():
             result.output = worker_error
         return result
-    # pytest exits with 2 (interrupted) when the recorder stopped the run after a time-out.
+    if keyword and done is not None and done.get("exit") == 4:  # pytest's usage error: the expression
+        result.message = f"-k {keyword!r} is not a valid expression: join words with and, or, not"
+        return result
+    if collected == 0 and keyword:
+        result.message = f"no check's name contains {keyword!r}: run without -k to see every check's name"
+        return result
+    # pytest exits with 2 (interrupted) when the recorder stopped the run early.
     clean_exits = (0, 1, 2) if "stopped" in kinds else (0, 1)
     if collected is None or collected == 0 or done.get("exit") not in clean_exits:
         result.message = "the hidden checks could not be run (a problem in drill itself; please report it)"
@@ -219,14 +228,16 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
     failed = [c for c in checks if c.status not in ("pass", "skip")]
     if failed or len(checks) < collected or all(c.status == "skip" for c in checks):
         result.status = "fail"
-        result.message = f"{len(failed)} of {collected} checks failed" if failed else "not every check ran"
+        result.message = f"{len(failed)} of {plural(collected, 'check')} failed" if failed else "not every check ran"
         if len(checks) < collected:
-            result.message += f"; {collected - len(checks)} not run after a check timed out"
-            result.checks = checks + [CheckResult(f"{collected - len(checks)} more", "not-run",
-                                                  "not run: an earlier check timed out")]
+            why = "first failure" if first.get("stopped", {}).get("reason") == "first failure" else "a check timed out"
+            left = collected - len(checks)
+            result.message += f"; {left} not run after {why}"
+            result.checks = checks + [CheckResult(f"{left} more", "not-run", f"not run: stopped after {why}")]
         return result
     result.status = "pass"
     skipped = [c for c in checks if c.status == "skip"]
-    result.message = f"all {collected - len(skipped)} checks passed" + (
+    ran = collected - len(skipped)
+    result.message = ("all " if ran > 1 else "") + f"{plural(ran, 'check')} passed" + (
         f" ({len(skipped)} skipped)" if skipped else "")
     return result

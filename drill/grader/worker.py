@@ -27,7 +27,7 @@ def main() -> int:
         events.flush()
 
     from drill.grader import sandbox
-    from drill.grader.proxy import Subject, SubmissionProxy
+    from drill.grader.proxy import TIMED_OUT, Subject, SubmissionProxy
 
     sandbox.become_subreaper()
     subject = Subject(
@@ -49,21 +49,23 @@ def main() -> int:
     from drill.grader import submission
     from drill.grader.recorder import Recorder
 
-    subject.wait_loaded()
+    subject.wait_loaded(deadline=float(job["deadline"]))
+    if subject.load_error == TIMED_OUT:
+        subject.load_error = (f"timed out after {job['timeout']:g} s while importing your file: "
+                              "an infinite loop at the top level, or far too slow?")
     if subject.load_error:
         emit(event="load_error", message=load_error_message(subject.load_error), output=subject.leading_output())
         return finish(emit, subject, job["nonce"], 2)
     emit(event="loaded", output=subject.leading_output())
 
     submission.set_loaded(SubmissionProxy(subject), job["user_file"])
-    recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]))
+    recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]),
+                        first_failure=bool(job.get("first_failure")))
     checks = job["checks_file"]
     args = [checks, "-c", os.devnull, "--rootdir", os.path.dirname(checks),
             "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal", "-p", "no:stepwise"]
     if job.get("keyword"):
         args += ["-k", job["keyword"]]
-    if job.get("first_failure"):
-        args += ["-x"]
     code = pytest.main(args, plugins=[recorder])
     return finish(emit, subject, job["nonce"], int(code))
 
@@ -77,23 +79,16 @@ def finish(emit, subject, nonce: str, code: int) -> int:
 def load_error_message(raw: str) -> str:
     """The subject's load problem in words (the subject sends a few as codes)."""
     from drill.grader.result import TOO_MUCH_OUTPUT
+    from drill.install_hint import missing_package_advice
 
     if raw.startswith("module-not-found:"):
         name = raw.split(":", 1)[1]
         package = name.split(".")[0]
-        advice = f" ({install_advice(package)})" if package in ("torch", "triton") else ""
-        return f"your file imports {name!r}, which is not installed here{advice}"
+        advice = missing_package_advice(package)
+        return f"your file imports {name!r}, which is not installed here" + (f"; {advice}" if advice else "")
     if raw == "too-much-output":
         return TOO_MUCH_OUTPUT
     return raw
-
-
-def install_advice(package: str) -> str:
-    try:
-        from drill.install_hint import advice
-    except ImportError:
-        return f"pip install {package}"
-    return advice(package)
 
 
 if __name__ == "__main__":
