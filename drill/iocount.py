@@ -2,7 +2,8 @@
 
 Counts are in elements moved between HBM and the chip (multiply by the element size
 for bytes). `drill show io`, the tiling picture and the deck's numeric cards use these,
-and a measured-traffic report can compare against them.
+and the flash-forward and flash-backward checks count what a learner's own loop moved
+with `summarize` below and report it beside `flash_elements`.
 
   standard        4·s·d + 4·s²           Q, K, V read, O written; S and P each written and read
   flash           2·s·d + 2·Tr·s·d + s   FlashAttention-2 order (exercise 02): Q and O once,
@@ -13,6 +14,8 @@ and a measured-traffic report can compare against them.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -43,3 +46,48 @@ def flops(s: int, d: int) -> int:
 def intensity(flop_count: float, elements: float, dtype_bytes: int) -> float:
     """FLOPs per byte of HBM traffic."""
     return flop_count / (elements * dtype_bytes)
+
+
+# --- measured on code: the rows each input array gave up (drill/grader/recording.py) ---
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a recorded call read of one input array (rows along axis 0)."""
+
+    length: int  # rows in the array
+    rows: int = 0  # rows read, counting repeats
+    largest: int = 0  # the most rows read in one access
+    covered: int = 0  # distinct rows read at least once
+
+    @property
+    def passes(self) -> float:
+        return self.rows / self.length if self.length else 0.0
+
+
+def summarize(log: list | None, lengths: dict[str, int]) -> tuple[dict[str, Reads], bool]:
+    """Per array name, its Reads; and whether the log was cut short."""
+    seen: dict[str, list] = {name: [] for name in lengths}
+    truncated = False
+    for entry in log or []:
+        if not (isinstance(entry, list) and len(entry) == 4):
+            continue
+        name, start, stop, rows = entry
+        if rows == -1:
+            truncated = True
+        elif name in seen and isinstance(start, int) and isinstance(stop, int) and isinstance(rows, int):
+            seen[name].append((max(0, start), min(lengths[name], stop), max(0, rows)))
+    out = {}
+    for name, length in lengths.items():
+        spans = seen[name]
+        covered = [False] * length
+        for start, stop, _ in spans:
+            covered[start:stop] = [True] * max(0, stop - start)
+        out[name] = Reads(length, sum(r for _, _, r in spans), max((r for _, _, r in spans), default=0),
+                          sum(covered))
+    return out, truncated
+
+
+def moved_elements(reads: dict[str, Reads], d: int, written: int) -> int:
+    """Elements moved: rows read times d for the 2-D inputs, plus the elements written."""
+    return sum(r.rows * d for r in reads.values()) + written

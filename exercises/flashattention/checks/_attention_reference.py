@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from drill import traffic
+from drill import iocount
 from drill.grader.expect import Call, array, fail, note, show
 from drill.grader.proxy import memory_measured
 
@@ -274,7 +274,7 @@ def check_block_reads(call: Call, reads: dict, limits: dict[str, tuple[int, str]
 
 def check_passes(call: Call, reads: dict, sq: int, sk: int, Br: int, Bc: int, inner: tuple, outer: tuple) -> None:
     """One pass over K/V per Q block (Q outside), or one pass over Q per K/V block (K/V outside)."""
-    Tr, Tc = traffic.ceil_div(sq, Br), traffic.ceil_div(sk, Bc)
+    Tr, Tc = iocount.ceil_div(sq, Br), iocount.ceil_div(sk, Bc)
     q_outside = all(reads[n].rows <= sq for n in outer) and all(reads[n].rows <= Tr * sk for n in inner)
     kv_outside = all(reads[n].rows <= sk for n in inner) and all(reads[n].rows <= Tc * sq for n in outer)
     if q_outside or kv_outside:
@@ -294,8 +294,8 @@ def check_passes(call: Call, reads: dict, sq: int, sk: int, Br: int, Bc: int, in
 
 def note_traffic(reads: dict, s: int, d: int, Br: int, causal: bool) -> None:
     """Report the elements the user's loop moved beside exercise 02's formula for the same shape."""
-    moved = traffic.moved_elements({n: reads[n] for n in ("Q", "K", "V")}, d, written=s * d + s)
-    formula = traffic.flash_elements(s, d, Br)
+    moved = iocount.moved_elements({n: reads[n] for n in ("Q", "K", "V")}, d, written=s * d + s)
+    formula = iocount.flash_elements(s, d, Br)
     tail = " (causal block skipping reads fewer K/V rows)" if causal and moved < formula else ""
     note(f"HBM traffic measured on your loop at s = {s}, d = {d}, Br = {Br}: Q read {reads['Q'].passes:.3g}×, "
          f"K {reads['K'].passes:.3g}×, V {reads['V'].passes:.3g}×; {moved:,} elements moved with O and L "

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from drill import traffic
+from drill import iocount
 from drill.grader.expect import Call, close, fail, matches, max_error
 
 from ._attention_reference import (
@@ -337,7 +337,7 @@ def test_streams_kv_blocks(sub, rng, case):
     O, L = pair(outcome.result, call, "O, L", ((sq, d), (sq,)))
     O_ref, _ = attention(Q, K, V, causal, None)
     close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake")
-    reads, truncated = traffic.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk})
+    reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk})
     check_reads_seen(call, reads, truncated)
     check_block_reads(call, reads, {"K": (Bc, "Bc"), "V": (Bc, "Bc"), "Q": (Br, "Br")})
     check_passes(call, reads, sq, sk, Br, Bc, inner=("K", "V"), outer=("Q",))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from drill import traffic
+from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, max_error, show
 
 from ._attention_reference import (
@@ -317,7 +317,7 @@ def test_recomputes_in_blocks(sub, rng, causal):
     for got, want, name, shape in zip(result, p.reference(), NAMES, (p.Q.shape, p.K.shape, p.V.shape)):
         close(array(got, call, shape=shape, what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
               hint="the other checks name the mistake")
-    reads, truncated = traffic.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk, "O": sq, "dO": sq})
+    reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk, "O": sq, "dO": sq})
     check_reads_seen(call, reads, truncated)
     check_block_reads(call, reads, {"K": (Bc, "Bc"), "V": (Bc, "Bc"), "Q": (Br, "Br")})
     if reads["O"].rows > sq:
