@@ -3,7 +3,6 @@
 import pytest
 
 from drill import iocount
-
 from drill.grader.expect import Call, fail, show
 
 KEYS = ("Q_i", "K_j", "V_j", "S_ij", "P_ij", "O_i", "m_i", "l_i", "L")
