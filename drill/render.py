@@ -66,6 +66,20 @@ def group_diagnoses(checks: list[CheckResult]) -> dict[int, Diagnosis]:
     return shown
 
 
+PRINTED_LINES = 8
+
+
+def printed(output: str) -> Text:
+    """What the user's code printed during one check: labelled, and bounded to a few lines."""
+    lines = output.rstrip().splitlines()
+    text = Text("your code printed:", style="muted")
+    for line in lines[:PRINTED_LINES]:
+        text.append("\n  " + line[:200])
+    if len(lines) > PRINTED_LINES:
+        text.append(f"\n  … {plural(len(lines) - PRINTED_LINES, 'more line')}", style="muted")
+    return text
+
+
 def report(result: GradeResult, title: str, plain: bool = False) -> RenderableType:
     """The report for one `drill check`: a line per check, each diagnosis once.
 
@@ -83,6 +97,8 @@ def report(result: GradeResult, title: str, plain: bool = False) -> RenderableTy
         rows.append((Text(mark, style=style), name, f"{check.seconds:.2f}s"))
         if index in shown:
             rows.append((Text(""), _details(shown[index]), ""))
+        if check.output.strip():
+            rows.append((Text(""), printed(check.output), ""))
     parts: list[RenderableType] = []
     if rows:
         parts.append(_plain_rows(rows) if plain else _table(rows))

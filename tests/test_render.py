@@ -87,3 +87,13 @@ def test_plural():
 
     assert plural(1, "file") == "1 file" and plural(10, "card") == "10 cards" and plural(0, "check") == "0 checks"
     assert plural(2, "match", "matches") == "2 matches"
+
+
+def test_printed_output_shows_under_its_check_bounded_and_labelled():
+    from drill.render import PRINTED_LINES
+
+    noisy = CheckResult("prints a lot", "pass", seconds=0.1,
+                        output="\n".join(f"debug line {i}" for i in range(50)))
+    text = rendered(GradeResult("t/x", "x.py", "pass", "1 check passed", [noisy]), plain=True)
+    assert "your code printed:" in text and "debug line 0" in text
+    assert f"debug line {PRINTED_LINES}" not in text and f"{50 - PRINTED_LINES} more lines" in text

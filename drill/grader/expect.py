@@ -155,25 +155,27 @@ def close(got, want, call: Call | str, *, atol: float, rtol: float = 0.0, what: 
     bad_values = _abs(got[both] - want[both]) > tol
     if bool(bad.any()) or bool(bad_values.any()):
         err = max_error(got, want)
-        where = _first_bad_index(got, want, atol, rtol)
+        where = _worst_index(got, want)
         fail(
             f"{what} is wrong (largest error {err:.3g}, allowed {atol:g} + {rtol:g}·|expected|)",
             called=str(call),
-            got=f"{show(got)}; at index {where}: {float(got[where]):.10g}",
+            got=f"{show(got)}; where the error is largest, index {where}: {float(got[where]):.10g}",
             expected=f"{show(want)}; at index {where}: {float(want[where]):.10g}",
             hint=hint,
         )
 
 
-def _first_bad_index(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> tuple:
-    flat_g, flat_w = got.reshape(-1), want.reshape(-1)
-    for i in range(flat_g.size):
-        g, w = float(flat_g[i]), float(flat_w[i])
-        if math.isfinite(w) != math.isfinite(g) or (not math.isfinite(w) and g != w):
-            return tuple(int(k) for k in np.unravel_index(i, got.shape))
-        if math.isfinite(w) and abs(g - w) > atol + rtol * abs(w):
-            return tuple(int(k) for k in np.unravel_index(i, got.shape))
-    return tuple(0 for _ in got.shape)
+def _worst_index(got: np.ndarray, want: np.ndarray) -> tuple:
+    """Where the error is largest: a finiteness mismatch first, else the largest |got - want|."""
+    fin_g, fin_w = _isfinite(got), _isfinite(want)
+    mismatch = (fin_g != fin_w) | (~fin_w & (got != want))
+    if bool(mismatch.any()):
+        flat = int(np.flatnonzero(mismatch.reshape(-1))[0])
+    else:
+        with np.errstate(invalid="ignore"):
+            errors = np.where(fin_w, _abs(got - want), 0.0)
+        flat = int(np.argmax(errors.reshape(-1)))
+    return tuple(int(k) for k in np.unravel_index(flat, got.shape))
 
 
 def matches(got, candidate, atol: float = 1e-9) -> bool:
