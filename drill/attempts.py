@@ -43,7 +43,7 @@ def search_folders(store: Store) -> list[Path]:
 
 
 def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | None = None,
-               first_failure: bool = False):
+               first_failure: bool = False, repro: bool = False):
     """Grade `path` and record the attempt. Returns (exercise, result) or (None, reason).
 
     `keyword` (a pytest -k expression) and `first_failure` go to the grader as they are. A run
@@ -56,7 +56,7 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
         return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
                       "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {progress.known_ids()})")
-    result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure)
+    result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure, repro=repro)
     if keyword:
         result.notes.append(f"only the checks matching -k {keyword!r} ran; this run is not saved "
                             "to your progress")

@@ -262,3 +262,19 @@ def test_a_file_name_that_is_not_utf8_is_graded_and_recorded(tmp_path):
     with Store() as store:
         assert store.passed("flashattention/online-softmax")
         assert store.attempts("flashattention/online-softmax")[0].file == str(path)
+
+
+def test_repro_writes_a_script_that_replays_the_failing_call(tmp_path):
+    planted = Path(__file__).parent / "planted" / "flashattention" / "flash-forward" / "acc_not_rescaled.py"
+    path = tmp_path / "03_flash_forward.py"
+    shutil.copy(planted, path)
+    code, out = run("check", str(path), "--repro")
+    script = tmp_path / "repro_03_flash_forward.py"
+    assert code == 1 and "wrote repro_03_flash_forward.py" in " ".join(out.split())
+    text = script.read_text()
+    assert "np.exp" not in text and "softmax" not in text  # values only, no reference implementation
+    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert replay.returncode == 1 and "differs" in replay.stdout
+    shutil.copy(SOLUTIONS / "03_flash_forward.py", path)
+    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert replay.returncode == 0 and "differs" not in replay.stdout

@@ -23,8 +23,11 @@ from drill.store import Store
 @click.option("-k", "keyword", metavar="EXPR",
               help="Run only the checks whose names match EXPR (as pytest -k); not saved to progress.")
 @click.option("--first-failure", "-x", is_flag=True, help="Stop at the first failing check.")
+@click.option("--repro", is_flag=True,
+              help="On a failure, write repro_<file>.py beside FILE: it replays the failing call with its inputs "
+                   "and compares with the expected values, for your editor or debugger.")
 def command(target: str, as_json: bool, timeout: float | None, keyword: str | None,
-            first_failure: bool) -> None:
+            first_failure: bool, repro: bool) -> None:
     """Grade FILE (or an exercise id) against its hidden checks.
 
     A name or id is looked for in the folder you stand in, then in the current
@@ -47,7 +50,7 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
             _cannot(reason, target, as_json)
         if keyword is not None and not keyword.strip():
             _cannot("-k needs part of a check's name, for example -k causal", target, as_json)
-        ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure)
+        ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure, repro=repro)
         if ex is None:
             _cannot(result, target, as_json)
         if as_json:

@@ -292,6 +292,7 @@ class FunctionProxy:
         """Call, and return the result with what was seen around it (warnings, arguments after,
         and with record={position: name} the rows of those arguments the code read)."""
         measuring = _measurements[-1] if _measurements else None
+        SubmissionProxy.last_call = (self.__name__, list(args), dict(kwargs))
         try:
             outcome = self.subject.call(self.__name__, list(args), kwargs, return_args=return_args,
                                         measure_memory=measuring is not None, torch=SubmissionProxy.torch,
@@ -331,6 +332,7 @@ class SubmissionProxy:
 
     torch: dict | None = None  # set by torch exercises: {"device": ..., "dtype": ...}
     outputs: list[str] = []
+    last_call: tuple | None = None  # (function, args, kwargs) of the latest call, for --repro
 
     def __init__(self, subject: Subject):
         self._subject = subject

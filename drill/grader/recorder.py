@@ -76,9 +76,11 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
 
 
 class Recorder:
-    def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False):
+    def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False,
+                 repro_path: str = ""):
         self.emit = emit
         self.first_failure = first_failure
+        self.repro_path = repro_path  # where `drill check --repro` wants the failing call's values
         self.deadline = deadline  # time.time() by which a running check is stopped
         self.limit_s = 0.0  # the time the running check was given
         self.memory_mb = memory_mb
@@ -122,9 +124,13 @@ class Recorder:
             self.started[item.nodeid] = time.perf_counter()
         if report.skipped and isinstance(report.longrepr, tuple):
             self.skipped[item.nodeid] = str(report.longrepr[-1]).removeprefix("Skipped: ")
+        if report.when == "setup":
+            SubmissionProxy.last_call = None
         if report.failed and call.excinfo is not None and item.nodeid not in self.failed_phase:
             message, details = explain(call.excinfo, self.limit_s, self.memory_mb)
             self.failed_phase[item.nodeid] = {"message": message, "details": details}
+            if self.repro_path and report.when == "call":
+                self._save_repro(item)
             if isinstance(call.excinfo.value, CheckTimeout):
                 # Later checks would most likely hang the same way: stop, and say so.
                 item.session.shouldstop = "a check timed out; the remaining checks were not run"
@@ -147,3 +153,19 @@ class Recorder:
                 output=output,
                 notes=take_notes(),
             )
+
+    def _save_repro(self, item: pytest.Item) -> None:
+        """The failing check's last call and the values it should have returned (once per run)."""
+        from drill.grader.repro import save
+
+        references = getattr(item.module, "REFERENCES", {})
+        if SubmissionProxy.last_call is None or SubmissionProxy.last_call[0] not in references:
+            return
+        name, args, kwargs = SubmissionProxy.last_call
+        try:
+            expected = references[name](*args, **kwargs)
+        except Exception:  # noqa: BLE001 - no repro is better than a broken grading run
+            return
+        if save(self.repro_path, check_name(item), name, args, kwargs, expected):
+            self.emit(event="repro", check=check_name(item), function=name)
+            self.repro_path = ""

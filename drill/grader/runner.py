@@ -73,7 +73,7 @@ def pycache_dir() -> Path:
 
 
 def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
-          keyword: str | None = None, first_failure: bool = False) -> GradeResult:
+          keyword: str | None = None, first_failure: bool = False, repro: bool = False) -> GradeResult:
     user_file = Path(os.path.abspath(user_file))
     timeout = timeout or exercise.timeout
     # The worker stops a hung check itself just before this deadline, so the checks that
@@ -98,6 +98,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU.
             "cap_address_space": not gpu, "scratch": tmp, "hidden": hidden_paths(),
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
+            "repro": str(Path(tmp) / "repro.npz") if repro else "",
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = subprocess.Popen(
@@ -116,8 +117,25 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
                           keyword)
+        if repro:
+            result.notes.append(_write_repro(Path(tmp) / "repro.npz", user_file, events))
     result.seconds = round(time.perf_counter() - started, 3)
     return result
+
+
+def _write_repro(bundle: Path, user_file: Path, events: list[dict]) -> str:
+    """Write the --repro script beside the learner's file; the line that says so (or why not)."""
+    from drill.grader import repro
+
+    saved = next((e for e in events if e.get("event") == "repro"), None)
+    if saved is None or not bundle.is_file():
+        return "--repro: no failing check with a call to replay (a pass, or a check that compares no single call)"
+    try:
+        script = repro.write(bundle, user_file)
+    except OSError as exc:
+        return f"--repro: could not write beside {os.fsdecode(user_file.name)} ({exc.strerror})"
+    return (f"wrote {script.name}: `python {script.name}` replays the failing call of "
+            f"'{clean(saved.get('check', ''))}' and compares with the expected values")
 
 
 def _safe_name(name: str) -> str:

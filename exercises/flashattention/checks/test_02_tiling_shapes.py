@@ -182,3 +182,13 @@ def test_traffic_saving_grows(sub):
         fail("the saving should grow with s", called="hbm_elements(s, 64, 128, 128) for s = 1024 … 8192",
              got="standard/flash = " + ", ".join(f"{r:.2f}" for r in ratios),
              expected="a ratio above 1 that grows with s toward 2·Br/d")
+
+
+# What each function should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {
+    "block_sizes": lambda M, d: (min(_ceil(M, 4 * d), d), _ceil(M, 4 * d)),
+    "num_blocks": lambda s, Br, Bc: (_ceil(s, Br), _ceil(s, Bc)),
+    "tile_shapes": lambda s, d, Br, Bc: _expected_shapes(s, d, Br, Bc),
+    "hbm_elements": lambda s, d, Br, Bc: {"standard": iocount.standard_elements(s, d),
+                                          "flash": iocount.flash_elements(s, d, Br)},
+}

@@ -305,3 +305,8 @@ def test_inputs_untouched(sub, rng):
         if not matches(now, then, atol=0.0):
             fail(f"merge_partials changed its input {name} in place", called="merge_partials(O1, L1, O2, L2)",
                  got=show(now), expected=show(then), hint="build new arrays (w * O1), don't scale O1 in place")
+
+
+# What each function should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {"merge_partials": lambda O1, L1, O2, L2: _merged_reference([(O1, L1), (O2, L2)]),
+              "merge_many": lambda parts: _merged_reference(list(parts))}

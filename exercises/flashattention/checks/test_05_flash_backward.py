@@ -325,3 +325,8 @@ def test_recomputes_in_blocks(sub, rng, causal):
              called=str(call), got=f"O read {reads['O'].passes:.3g}×", expected="O read once",
              hint="compute D for every row once, before the loops, and slice D[i:i + Br] inside them")
     check_passes(call, reads, sq, sk, Br, Bc, inner=("K", "V"), outer=("Q",))
+
+
+# What the function should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {"flash_attention_backward": lambda Q, K, V, O, L, dO, Br=16, Bc=16, causal=False, scale=None:
+              attention_backward(Q, K, V, O, L, dO, causal, scale)}
