@@ -140,7 +140,15 @@ def _first_line(exc: BaseException) -> str:
         text = str(exc).strip()
     except BaseException:  # noqa: BLE001 - a user exception whose __str__ raises
         return ""
-    return text.splitlines()[0][:500] if text else ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if "CompilationError" in type(exc).__name__ and len(lines) > 1:
+        # Triton: "at 46:37:", the kernel's source, a caret, then the compiler's own message.
+        where = lines[0].rstrip(":")
+        return f"{lines[-1].strip()[:400]} ({where} of the @triton.jit function: {lines[-3].strip()[:120]})" \
+            if len(lines) >= 3 else f"{lines[-1].strip()[:400]} ({where})"
+    return lines[0][:500]
 
 
 def _user_line(exc: BaseException, user_file: str):
