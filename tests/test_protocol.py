@@ -1,0 +1,80 @@
+"""The subject's channel carries plain values only, whatever the user's objects claim to be."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drill.grader import protocol
+
+# subject.py runs as a script beside a copy of protocol.py; load it the same way here.
+sys.modules.setdefault("protocol", protocol)
+_spec = importlib.util.spec_from_file_location("drill_subject", Path(protocol.__file__).with_name("subject.py"))
+subject = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(subject)
+
+
+def _roundtrip(value):
+    stream = io.BytesIO()
+    protocol.send(stream, {"event": "x"}, value)
+    stream.seek(0)
+    return protocol.receive(stream, limit=1 << 30)[1]
+
+
+def test_plain_values_cross_exactly():
+    value = {"a": (1, 2.5, float("nan"), float("-inf"), None, True, "s", 2**70),
+             "b": [np.arange(6.0).reshape(2, 3), np.array([1, 2], dtype=np.int32), np.float64(3.5)]}
+    back = _roundtrip(value)
+    assert back["a"][0] == 1 and back["a"][1] == 2.5 and np.isnan(back["a"][2]) and back["a"][3] == -np.inf
+    assert back["a"][4:] == (None, True, "s", 2**70)
+    np.testing.assert_array_equal(back["b"][0], np.arange(6.0).reshape(2, 3))
+    assert back["b"][1].dtype == np.int32 and back["b"][2] == 3.5
+    assert back["b"][0].flags.writeable
+
+
+def test_lying_objects_arrive_as_what_they_are():
+    class Liar(float):
+        def __eq__(self, other):
+            return True
+
+        def __repr__(self):
+            return "1e999"
+
+    class Tricky(tuple):
+        def __iter__(self):
+            return iter((Tricky(), Tricky()))
+
+    class Anything:
+        pass
+
+    back = _roundtrip([Liar(0.25), Tricky((1, 2)), Anything(), np.array([object()])])
+    assert type(back[0]) is float and back[0] == 0.25
+    assert back[1] == (1, 2) and type(back[1]) is tuple
+    assert isinstance(back[2], protocol.Unsupported) and back[2].type_name == "Anything"
+    assert isinstance(back[3], protocol.Unsupported)
+
+
+def test_deep_nesting_and_oversized_arrays_are_refused():
+    deep = []
+    for _ in range(100):
+        deep = [deep]
+    assert isinstance(_roundtrip(deep)[0][0][0][0][0][0][0][0], (list, protocol.Unsupported))
+    stream = io.BytesIO()
+    protocol.send(stream, {"event": "x"}, np.zeros(1000))
+    stream.seek(0)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.receive(stream, limit=100)
+
+
+def test_a_triton_compile_error_keeps_the_compilers_message():
+    class CompilationError(Exception):
+        pass
+
+    error = CompilationError("at 46:37:\n    acc += tl.dot(p, v)\n           ^\nValueError('shapes do not match')")
+    text = subject._first_line(error)
+    assert text.startswith("ValueError('shapes do not match')") and "46:37" in text and "tl.dot" in text
