@@ -91,9 +91,9 @@ def test_specific_attack_never_passes(template, tmp_path):
     ex = catalog.load_topic("flashattention").get(template.parent.name)
     result = _graded_without_trace(template, ex, tmp_path)
     if template.stem.startswith("memory_"):
-        # These are exact: only the memory check may catch them, and it must.
+        # Their values are exact: the memory check must catch them (the traffic checks may too).
         failed = [c.name for c in result.checks if c.status == "fail"]
-        assert failed and all(name.startswith("Peak memory") for name in failed), failed
+        assert any(name.startswith("Peak memory") for name in failed), failed
 
 
 def test_report_names_the_sandbox_level(tmp_path):
