@@ -12,7 +12,6 @@ import os
 import select
 import shutil
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ class Subject:
         self.memory_mb = memory_mb
         self.cap_address_space = cap_address_space
         self.env = env or {}
+        self.helpers: list[Path] = []  # trusted modules copied beside subject.py (see SubmissionProxy.use_helper)
         self.proc: subprocess.Popen | None = None
         self.load_error = ""
         self.base_rss = self.base_group = 0
@@ -81,28 +81,20 @@ class Subject:
         self._count += 1
         self.scratch = self.scratch_root / f"subject-{self._count}"
         self.scratch.mkdir(parents=True)
-        for name in ("subject.py", "protocol.py"):
-            shutil.copyfile(HERE / name, self.scratch / name)
+        for source in [HERE / "subject.py", HERE / "protocol.py", *self.helpers]:
+            shutil.copyfile(source, self.scratch / source.name)
         target = self.scratch / self.user_file.name
         target.write_bytes(self.user_file.read_bytes())
         self.output = open(self.scratch_root / f"output-{self._count}.txt", "w+b")
-        self._output_seen = 0
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
-        policy = sandbox.Policy(self.scratch, self.hidden)
-        paths = sandbox.policy_paths(policy) if sandbox.landlock_abi() >= 1 else None
-        env = _subject_env(self.scratch, self.env)
-        self.group = sandbox.MemoryGroup.create(f"drill-{os.getpid()}-{self._count}", self.memory_mb * 1024 * 1024) \
-            if self.memory_mb else None
         self.calls = 0
-        self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-B", str(self.scratch / "subject.py"), str(target),
-             ",".join(self.functions), str(req_r), str(res_w)],
-            stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.output, cwd=str(self.scratch),
-            env=env, pass_fds=(req_r, res_w), close_fds=True,
-            preexec_fn=sandbox.preexec(self.memory_mb if self.cap_address_space else 0,
-                                       OUTPUT_LIMIT_BYTES, paths, self.group),
-        )
+        self.contained = sandbox.Contained.start(
+            self.scratch / "subject.py", [str(target), ",".join(self.functions), str(req_r), str(res_w)],
+            scratch=self.scratch, hidden=self.hidden, memory_mb=self.memory_mb,
+            name=f"drill-{os.getpid()}-{self._count}", cap_address_space=self.cap_address_space, env=self.env,
+            stdout=self.output, output_limit=OUTPUT_LIMIT_BYTES, pass_fds=(req_r, res_w))
+        self.proc, self.group = self.contained.proc, self.contained.group
         os.close(req_r)
         os.close(res_w)
         self.requests = os.fdopen(req_w, "wb")
@@ -132,12 +124,8 @@ class Subject:
                 stream.close()
             except (OSError, AttributeError):
                 pass
-        sandbox.end_tree()
-        self.proc.wait()
-        self.proc = None
-        if self.group is not None:
-            self.group.remove()
-            self.group = None
+        self.contained.close()
+        self.proc = self.group = None
 
     @property
     def alive(self) -> bool:
@@ -246,18 +234,6 @@ class Subject:
     def leading_output(self, limit: int = 2000) -> str:
         """What the user's file printed while being imported."""
         return self._read_output(0, limit) if hasattr(self, "output") else ""
-
-
-def _subject_env(scratch: Path, extra: dict) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",
-            "LD_LIBRARY_PATH", "SYSTEMROOT")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               TRITON_CACHE_DIR=str(scratch / ".triton"), XDG_CACHE_HOME=str(scratch / ".cache"),
-               MPLCONFIGDIR=str(scratch / ".mpl"), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
-    env.update(extra)
-    return env
 
 
 class FunctionProxy:
