@@ -8,14 +8,18 @@ user code comes back as a description and is raised here as `UserCodeError`.
 
 from __future__ import annotations
 
+import io
 import os
 import select
 import shutil
+import stat
 import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from drill.grader import protocol, sandbox
 
@@ -131,6 +135,43 @@ class Subject:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    # --- other contained scripts (the ring-attention launcher)
+
+    def script_scratch(self, name: str) -> Path:
+        """A fresh folder for a contained script: the caller fills it with everything the script reads."""
+        self._count += 1
+        folder = self.scratch_root / f"{name}-{self._count}"
+        folder.mkdir(parents=True)
+        return folder
+
+    def run_script(self, scratch: Path, script: str, args: list[str], limit_s: float) -> tuple[int | None, str]:
+        """Run scratch/script under the subject's containment until it exits or `limit_s` passes.
+
+        Returns (exit status, or None if it was stopped; the tail of what it printed). The
+        whole tree is ended before this returns, so nothing it started can still write.
+        """
+        log = open(self.scratch_root / f"{scratch.name}-output.txt", "w+b")
+        with log:
+            run = sandbox.Contained.start(scratch / script, args, scratch=scratch, hidden=self.hidden,
+                                          memory_mb=self.memory_mb, name=f"drill-{os.getpid()}-{scratch.name}",
+                                          cap_address_space=self.cap_address_space, env=self.env, stdout=log,
+                                          output_limit=OUTPUT_LIMIT_BYTES)
+            end = time.monotonic() + limit_s
+            code = None
+            try:
+                while time.monotonic() < end:
+                    code = run.proc.poll()
+                    if code is not None:
+                        break
+                    if self.memory_mb and run.group is None and run.tree_bytes() > self.memory_mb * 1024 * 1024:
+                        break  # no cgroup here: the /proc total is the cap
+                    time.sleep(WATCH_INTERVAL_S)
+            finally:
+                run.close()
+            size = os.fstat(log.fileno()).st_size
+            tail = os.pread(log.fileno(), min(size, 4096), max(0, size - 4096)).decode("utf-8", "replace")
+        return code, tail
+
     # --- calls
 
     def call(self, function: str, args: list, kwargs: dict, *, return_args: bool = False,
@@ -234,6 +275,35 @@ class Subject:
     def leading_output(self, limit: int = 2000) -> str:
         """What the user's file printed while being imported."""
         return self._read_output(0, limit) if hasattr(self, "output") else ""
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file the subject wrote; None if it is missing, not a regular file
+    (a FIFO, a device, a link) or over `limit` bytes. Never blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = os.read(fd, info.st_size + 1)
+        return data if len(data) <= limit else None
+    finally:
+        os.close(fd)
+
+
+def load_array(path: Path, limit: int):
+    """A .npy file the subject wrote, loaded without pickle; None if absent or malformed."""
+    data = read_regular(path, limit)
+    if data is None:
+        return None
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    return array if isinstance(array, np.ndarray) else None
 
 
 class FunctionProxy:

@@ -123,15 +123,16 @@ def _inside(child: Path, parent: Path) -> bool:
     return child != parent and parent in child.parents
 
 
-def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]]) -> None:
+def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0) -> None:
+    """Restrict this process (and what it starts) to the paths given; `net`: TCP rights to deny (ABI 4+)."""
     read_paths, write_paths, device_paths = policy_paths
     libc = _libc()
     create, add, restrict = _SYSCALLS[platform.machine()]
     abi = int(libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
     if abi < 1:
         return
-    attr = _RulesetAttr(_handled(abi), 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 8
+    attr = _RulesetAttr(_handled(abi), net if abi >= 4 else 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
