@@ -55,6 +55,8 @@ class Outcome:
     args: list | None = None  # the arguments as they were after the call (return_args=True)
     peak_bytes: int | None = None  # resident memory above the subject's start (measure_memory=True)
     output: str = ""
+    extra: dict = field(default_factory=dict)  # what a helper returned beside the result (plain values)
+    seconds: float = 0.0  # the call's round trip, timed here
 
 
 class Subject:
@@ -175,7 +177,8 @@ class Subject:
     # --- calls
 
     def call(self, function: str, args: list, kwargs: dict, *, return_args: bool = False,
-             measure_memory: bool = False, torch: dict | None = None, timeout: float | None = None) -> Outcome:
+             measure_memory: bool = False, torch: dict | None = None, timeout: float | None = None,
+             helper: dict | None = None) -> Outcome:
         # A measured call gets a fresh subject: its peak then counts everything the user's
         # code holds, including buffers kept from import time, and nothing older.
         if not self.alive or self.load_error or (measure_memory and self.calls):
@@ -185,6 +188,8 @@ class Subject:
         header = {"op": "call", "function": function, "return_args": return_args}
         if torch:
             header["torch"] = torch
+        if helper:
+            header["helper"] = helper
         start_offset = self._output_size()
         self.calls += 1
         self.tree_peak = 0
@@ -192,9 +197,11 @@ class Subject:
             protocol.send(self.requests, header, {"args": list(args), "kwargs": dict(kwargs)})
         except (BrokenPipeError, OSError):
             raise SubjectGone(self._ended("before the call")) from None
+        sent = time.perf_counter()
         deadline = time.monotonic() + timeout if timeout else None
         try:
             reply, value = self._receive(deadline)
+            seconds = time.perf_counter() - sent
         except BaseException:
             self.close()  # a check stopped mid-call (time-out): the subject is in an unknown state
             raise
@@ -210,8 +217,10 @@ class Subject:
             error.output = output
             raise error
         value = value if isinstance(value, dict) else {}
+        extra = {k: v for k, v in value.items() if k not in ("result", "args")} if helper else {}
         return Outcome(result=value.get("result"), warnings=list(reply.get("warnings") or []),
-                       geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output)
+                       geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output,
+                       extra=extra, seconds=seconds)
 
     def _receive(self, deadline: float | None):
         """Wait for a message, watching the tree's memory; SubjectGone if the subject dies or lies."""
@@ -277,6 +286,17 @@ class Subject:
         return self._read_output(0, limit) if hasattr(self, "output") else ""
 
 
+def _place(source: Path, target: Path) -> None:
+    """Copy into a folder the subject can write: never through a link or file it left there."""
+    try:
+        os.unlink(target)
+    except FileNotFoundError:
+        pass
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(source.read_bytes())
+
+
 def read_regular(path: Path, limit: int) -> bytes | None:
     """The bytes of a regular file the subject wrote; None if it is missing, not a regular file
     (a FIFO, a device, a link) or over `limit` bytes. Never blocks."""
@@ -316,12 +336,18 @@ class FunctionProxy:
     def __call__(self, *args, **kwargs):
         return self.observe(*args, **kwargs).result
 
-    def observe(self, *args, return_args: bool = False, **kwargs) -> Outcome:
-        """Call, and return the result with what was seen around it (warnings, arguments after)."""
+    def observe(self, *args, return_args: bool = False, helper: dict | None = None, **kwargs) -> Outcome:
+        """Call, and return the result with what was seen around it (warnings, arguments after).
+
+        helper={"module": NAME, "spec": {...}}: the subject runs the call through the helper
+        module NAME (added with SubmissionProxy.use_helper); what it returns beside the
+        result is in Outcome.extra.
+        """
         measuring = _measurements[-1] if _measurements else None
         try:
             outcome = self.subject.call(self.__name__, list(args), kwargs, return_args=return_args,
-                                        measure_memory=measuring is not None, torch=SubmissionProxy.torch)
+                                        measure_memory=measuring is not None, torch=SubmissionProxy.torch,
+                                        helper=helper)
         except UserCodeError as error:
             SubmissionProxy.outputs.append(getattr(error, "output", ""))
             raise
@@ -360,6 +386,18 @@ class SubmissionProxy:
 
     def __init__(self, subject: Subject):
         self._subject = subject
+
+    def use_helper(self, path: Path) -> None:
+        """Copy a trusted helper module (from the installed checks) beside subject.py, now and at every restart.
+
+        It runs inside the subject, next to the user's code: what it reports is advice.
+        """
+        path = Path(path)
+        if path not in self._subject.helpers:
+            self._subject.helpers.append(path)
+            scratch = getattr(self._subject, "scratch", None)
+            if scratch is not None and scratch.is_dir():
+                _place(path, scratch / path.name)
 
     def __getattr__(self, name: str) -> FunctionProxy:
         if name.startswith("_"):
