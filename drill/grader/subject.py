@@ -100,7 +100,7 @@ def _call(np, module, user_file: str, header: dict, payload):
             with np.errstate(divide="warn", over="warn", invalid="warn", under="ignore"):
                 before = np.geterr()
                 if probe is not None:
-                    result = probe.call(fn, args, kwargs, helper.get("spec") or {}, user_file)
+                    result = probe(fn, args, kwargs, helper.get("spec") or {}, user_file)
                 else:
                     result = fn(*args, **kwargs)
                 after = np.geterr()
@@ -123,10 +123,10 @@ def _helper(helper: dict):
     """A module the grader copied beside this file, which wraps the call (see SubmissionProxy.use_helper)."""
     import importlib
 
-    name = str(helper.get("module", ""))
-    if not name.isidentifier():
+    name, entry = str(helper.get("module", "")), str(helper.get("entry", "call"))
+    if not (name.isidentifier() and entry.isidentifier()):
         raise ImportError(f"no helper {name!r}")
-    return importlib.import_module(name)
+    return getattr(importlib.import_module(name), entry)
 
 
 def _describe(exc: BaseException, user_file: str) -> dict:

@@ -13,9 +13,11 @@ This launcher imports torch once, then for every world size in WORK_DIR/plan.jso
 ranks. Each rank
   * loads its own shards, joins a gloo group on 127.0.0.1,
   * shuts itself in further (a Landlock layer of its own): read and write only its own
-    folder, open no new TCP connection (the gloo mesh is already connected), no signals
-    to other processes; so it can neither read another rank's shards nor write another
-    rank's results, and can talk to the other ranks only through torch.distributed,
+    folder, open no new TCP connection (the gloo mesh is already connected; Landlock
+    ABI 4+), no signals to other processes (ABI 6+); so it can neither read another
+    rank's shards nor write another rank's results, and where the kernel has ABI 4 it can
+    reach the other ranks only through the gloo group (pathname unix sockets are not
+    covered by Landlock),
   * wraps the torch.distributed functions so every collective and every send/recv is
     written down (advice for honest users: a rank can undo this, so it may fail a check
     but never passes one), imports the user's file, and

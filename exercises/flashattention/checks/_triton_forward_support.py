@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -412,24 +413,29 @@ def call_user(sub, q, k, v, causal=False, sm_scale=None, *, guard: float = math.
 
 def as_output(ret: Returned, q, call: str) -> torch.Tensor:
     """The output as a tensor here, once it is known to be a plain tensor shaped, typed and placed like q."""
+    check_returned(ret, q, call)
+    return torch.from_numpy(ret.array).to(device=q.device, dtype=q.dtype)
+
+
+def check_returned(ret: Returned, q, call: str) -> None:
+    """Fail unless a plain tensor came back, with q's shape, dtype and device."""
     seen = ret.observed
     kind = str(seen.get("type", "nothing"))
+    want_dtype = str(q.dtype).removeprefix("torch.")
+    if seen.get("plain") is True and seen.get("dtype") != want_dtype:
+        fail("o has the wrong dtype", called=call, got=f"torch.{seen.get('dtype')}", expected=f"{q.dtype}, the dtype of q",
+             hint="allocate o with q's dtype and store o.to(O.dtype.element_ty) in the kernel")
     if seen.get("plain") is not True or ret.array is None:
         subclass = seen.get("plain") is False and kind not in ("NoneType", "ndarray", "tuple", "list")
         fail(f"flash_attention returned {kind}, not a tensor" if not subclass else
-             f"flash_attention returned a {kind}, a subclass of torch.Tensor: only a plain torch.Tensor is graded",
+             f"flash_attention returned a tensor subclass ({kind}): only a plain torch.Tensor is graded",
              called=call, got=f"a {kind} object", expected=f"a torch.Tensor of shape {tuple(q.shape)}",
              hint="return o from the launcher (the kernel writes into it; it returns nothing itself)")
     if tuple(ret.array.shape) != tuple(q.shape):
         fail("o has the wrong shape", called=call, got=f"shape {tuple(ret.array.shape)}",
              expected=f"shape {tuple(q.shape)}, the same as q")
-    want_dtype = str(q.dtype).removeprefix("torch.")
-    if seen.get("dtype") != want_dtype:
-        fail("o has the wrong dtype", called=call, got=f"torch.{seen.get('dtype')}", expected=f"{q.dtype}, the dtype of q",
-             hint="allocate o with q's dtype and store o.to(O.dtype.element_ty) in the kernel")
     if str(seen.get("device", "")).split(":")[0] != q.device.type:
         fail("o is on the wrong device", called=call, got=str(seen.get("device")), expected=str(q.device))
-    return torch.from_numpy(ret.array).to(device=q.device, dtype=q.dtype)
 
 
 def rows_text(t: torch.Tensor, b: int, h: int, i: int, cols: int = 4) -> str:
@@ -459,6 +465,57 @@ def verdict(got: torch.Tensor, want: torch.Tensor, tol: float, call: str, hint: 
 
 
 # --------------------------------------------------------------------------- timing (GPU only)
+
+
+NULL_KERNEL = Path(__file__).with_name("_triton_null.py")
+
+
+def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str):
+    """The q, k, v the probe draws for `seed` (the same code, so the same values on the same GPU)."""
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    return tuple(torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
+                 for _ in range(3))
+
+
+def null_subject(sub):
+    """A second subject, with drill's do-nothing kernel as its file: the round trip without a kernel."""
+    from drill.grader.proxy import Subject, SubmissionProxy
+
+    user = sub._subject
+    clean = Subject(NULL_KERNEL, ["flash_attention"], scratch_root=user.scratch_root / "calibration",
+                    hidden=user.hidden, memory_mb=user.memory_mb, cap_address_space=user.cap_address_space,
+                    env=user.env)
+    proxy = SubmissionProxy(clean)
+    proxy.use_helper(PROBE)
+    return proxy
+
+
+def timed_round_trips(proxy, shape, dtype: torch.dtype, causal: bool, seeds, check=None) -> float:
+    """Median ms of whole calls (request, inputs drawn from a fresh seed, kernel, output back).
+
+    Timed here, in the trusted process: nothing in the subject can shorten it. `check(seed,
+    ret)` sees every output, outside the timed part.
+    """
+    spec = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "device": "cuda"}
+    kwargs = {"causal": True} if causal else {}
+    times = []
+    for seed in seeds:
+        helper = {"module": PROBE.stem, "entry": "seeded", "spec": dict(spec, seed=int(seed))}
+        started = time.perf_counter()
+        outcome = proxy.flash_attention.observe(helper=helper, **kwargs)
+        times.append((time.perf_counter() - started) * 1e3)
+        if check is not None:
+            observed = outcome.extra.get("observed")
+            array = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype == np.int16 \
+                else None
+            check(seed, Returned(array, observed if isinstance(observed, dict) else {}))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def from_bits(ret: Returned, dtype: torch.dtype, device) -> torch.Tensor:
+    """The output sent as int16 bits, back as a tensor of its dtype."""
+    return torch.from_numpy(ret.array).to(device).view(dtype)
 
 
 def tflops(B, H, S, D, causal: bool, ms: float) -> float:
