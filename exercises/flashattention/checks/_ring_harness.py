@@ -160,7 +160,8 @@ def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cas
     with np.load(os.path.join(folder, "inputs.npz"), allow_pickle=False) as data:
         inputs = {k: data[k] for k in data.files}  # this rank's shards only
     try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        # Every connection is made now: the rank opens no new one once it is shut in.
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_GLOO_LAZY_INIT="0")
         import datetime
 
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
