@@ -4,6 +4,12 @@
 folder that holds copies of it, of protocol.py and of the user's file), loads the user's
 file there, and sends it calls. Everything that comes back is a plain value; an error in
 user code comes back as a description and is raised here as `UserCodeError`.
+
+Two extensions for the torch exercises: a call may go through a helper module the checks
+copy beside subject.py (`SubmissionProxy.use_helper`; 07's probe), whose observations come
+back in `Outcome.extra` and are advice only; and `Subject.run_script` runs another script
+from a scratch folder under the same containment (06's ring launcher), ending its whole
+tree before the caller reads what it left (`read_regular`, `load_array`).
 """
 
 from __future__ import annotations

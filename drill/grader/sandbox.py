@@ -13,7 +13,8 @@ The grading process makes itself a child subreaper, so descendants that called s
 stay its descendants, and `end_tree` kills every one of them at the end.
 
 Where Landlock is missing the subject still runs, with the other measures: the level in
-force is reported as "full" or "partial".
+force is reported as "full" or "partial". `Contained` puts all of this together for one
+process tree (the subject, or 06's ring launcher and its ranks).
 """
 
 from __future__ import annotations
