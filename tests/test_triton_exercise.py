@@ -36,17 +36,17 @@ def _summary(result) -> str:
     return "\n".join(lines + result.notes)
 
 
-def test_worker_runs_triton_interpreter_when_no_gpu(monkeypatch):
-    monkeypatch.setattr(runner, "_gpu_visible", lambda: False)
+def test_subject_runs_triton_interpreter_when_no_gpu(monkeypatch):
+    monkeypatch.setattr(runner, "nvidia_driver_present", lambda: False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert runner._child_env(EXERCISE)["TRITON_INTERPRET"] == "1"
-    assert "TRITON_INTERPRET" not in runner._child_env(TOPIC.get("online-softmax"))
+    assert runner.subject_env(EXERCISE)["TRITON_INTERPRET"] == "1"
+    assert "TRITON_INTERPRET" not in runner.subject_env(TOPIC.get("online-softmax"))
 
 
-def test_worker_leaves_triton_alone_on_a_gpu(monkeypatch):
-    monkeypatch.setattr(runner, "_gpu_visible", lambda: True)
+def test_subject_leaves_triton_alone_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(runner, "nvidia_driver_present", lambda: True)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert "TRITON_INTERPRET" not in runner._child_env(EXERCISE)
+    assert "TRITON_INTERPRET" not in runner.subject_env(EXERCISE)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the solution is graded in GPU mode")

@@ -4,19 +4,28 @@
 folder that holds copies of it, of protocol.py and of the user's file), loads the user's
 file there, and sends it calls. Everything that comes back is a plain value; an error in
 user code comes back as a description and is raised here as `UserCodeError`.
+
+Two extensions for the torch exercises: a call may go through a helper module the checks
+copy beside subject.py (`SubmissionProxy.use_helper`; 07's probe), whose observations come
+back in `Outcome.extra` and are advice only; and `Subject.run_script` runs another script
+from a scratch folder under the same containment (06's ring launcher), ending its whole
+tree before the caller reads what it left (`read_regular`, `load_array`).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import select
 import shutil
+import stat
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from drill.grader import protocol, sandbox
 
@@ -54,6 +63,8 @@ class Outcome:
     peak_bytes: int | None = None  # resident memory above the subject's start (measure_memory=True)
     output: str = ""
     reads: list | None = None  # [name, first row, past-the-last row, rows] per access (record=...)
+    extra: dict = field(default_factory=dict)  # what a helper returned beside the result (plain values)
+    seconds: float = 0.0  # the call's round trip, timed here
 
 
 class Subject:
@@ -68,6 +79,7 @@ class Subject:
         self.memory_mb = memory_mb
         self.cap_address_space = cap_address_space
         self.env = env or {}
+        self.helpers: list[Path] = []  # trusted modules copied beside subject.py (see SubmissionProxy.use_helper)
         self.proc: subprocess.Popen | None = None
         self.load_error = ""
         self.base_rss = self.base_group = 0
@@ -87,28 +99,20 @@ class Subject:
         self._count += 1
         self.scratch = self.scratch_root / f"subject-{self._count}"
         self.scratch.mkdir(parents=True)
-        for name in ("subject.py", "protocol.py", "recording.py"):
-            shutil.copyfile(HERE / name, self.scratch / name)
+        for source in [HERE / "subject.py", HERE / "protocol.py", HERE / "recording.py", *self.helpers]:
+            shutil.copyfile(source, self.scratch / source.name)
         target = self.scratch / self.user_file.name
         target.write_bytes(self.user_file.read_bytes())
         self.output = open(self.scratch_root / f"output-{self._count}.txt", "w+b")
-        self._output_seen = 0
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
-        policy = sandbox.Policy(self.scratch, self.hidden)
-        paths = sandbox.policy_paths(policy) if sandbox.landlock_abi() >= 1 else None
-        env = _subject_env(self.scratch, self.env)
-        self.group = sandbox.MemoryGroup.create(f"drill-{os.getpid()}-{self._count}", self.memory_mb * 1024 * 1024) \
-            if self.memory_mb else None
         self.calls = 0
-        self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-B", str(self.scratch / "subject.py"), str(target),
-             ",".join(self.functions), str(req_r), str(res_w)],
-            stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.output, cwd=str(self.scratch),
-            env=env, pass_fds=(req_r, res_w), close_fds=True,
-            preexec_fn=sandbox.preexec(self.memory_mb if self.cap_address_space else 0,
-                                       OUTPUT_LIMIT_BYTES, paths, self.group),
-        )
+        self.contained = sandbox.Contained.start(
+            self.scratch / "subject.py", [str(target), ",".join(self.functions), str(req_r), str(res_w)],
+            scratch=self.scratch, hidden=self.hidden, memory_mb=self.memory_mb,
+            name=f"drill-{os.getpid()}-{self._count}", cap_address_space=self.cap_address_space, env=self.env,
+            stdout=self.output, output_limit=OUTPUT_LIMIT_BYTES, pass_fds=(req_r, res_w))
+        self.proc, self.group = self.contained.proc, self.contained.group
         os.close(req_r)
         os.close(res_w)
         self.requests = os.fdopen(req_w, "wb")
@@ -143,22 +147,55 @@ class Subject:
                 stream.close()
             except (OSError, AttributeError):
                 pass
-        sandbox.end_tree()
-        self.proc.wait()
-        self.proc = None
-        if self.group is not None:
-            self.group.remove()
-            self.group = None
+        self.contained.close()
+        self.proc = self.group = None
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    # --- other contained scripts (the ring-attention launcher)
+
+    def script_scratch(self, name: str) -> Path:
+        """A fresh folder for a contained script: the caller fills it with everything the script reads."""
+        self._count += 1
+        folder = self.scratch_root / f"{name}-{self._count}"
+        folder.mkdir(parents=True)
+        return folder
+
+    def run_script(self, scratch: Path, script: str, args: list[str], limit_s: float) -> tuple[int | None, str]:
+        """Run scratch/script under the subject's containment until it exits or `limit_s` passes.
+
+        Returns (exit status, or None if it was stopped; the tail of what it printed). The
+        whole tree is ended before this returns, so nothing it started can still write.
+        """
+        log = open(self.scratch_root / f"{scratch.name}-output.txt", "w+b")
+        with log:
+            run = sandbox.Contained.start(scratch / script, args, scratch=scratch, hidden=self.hidden,
+                                          memory_mb=self.memory_mb, name=f"drill-{os.getpid()}-{scratch.name}",
+                                          cap_address_space=self.cap_address_space, env=self.env, stdout=log,
+                                          output_limit=OUTPUT_LIMIT_BYTES)
+            end = time.monotonic() + limit_s
+            code = None
+            try:
+                while time.monotonic() < end:
+                    code = run.proc.poll()
+                    if code is not None:
+                        break
+                    if self.memory_mb and run.group is None and run.tree_bytes() > self.memory_mb * 1024 * 1024:
+                        break  # no cgroup here: the /proc total is the cap
+                    time.sleep(WATCH_INTERVAL_S)
+            finally:
+                run.close()
+            size = os.fstat(log.fileno()).st_size
+            tail = os.pread(log.fileno(), min(size, 4096), max(0, size - 4096)).decode("utf-8", "replace")
+        return code, tail
+
     # --- calls
 
     def call(self, function: str, args: list, kwargs: dict, *, return_args: bool = False,
              measure_memory: bool = False, torch: dict | None = None, record: dict | None = None,
-             timeout: float | None = None) -> Outcome:
+             timeout: float | None = None, helper: dict | None = None) -> Outcome:
         # A measured call gets a fresh subject: its peak then counts everything the user's
         # code holds, including buffers kept from import time, and nothing older.
         if not self.alive or self.load_error or (measure_memory and self.calls):
@@ -170,6 +207,8 @@ class Subject:
             header["torch"] = torch
         if record:
             header["record"] = {str(k): v for k, v in record.items()}
+        if helper:
+            header["helper"] = helper
         start_offset = self._output_size()
         self.calls += 1
         self.tree_peak = 0
@@ -177,9 +216,11 @@ class Subject:
             protocol.send(self.requests, header, {"args": list(args), "kwargs": dict(kwargs)})
         except (BrokenPipeError, OSError):
             raise SubjectGone(self._ended("before the call")) from None
+        sent = time.perf_counter()
         deadline = time.monotonic() + timeout if timeout else None
         try:
             reply, value = self._receive(deadline)
+            seconds = time.perf_counter() - sent
         except BaseException:
             self.close()  # a check stopped mid-call (time-out): the subject is in an unknown state
             raise
@@ -195,9 +236,10 @@ class Subject:
             error.output = output
             raise error
         value = value if isinstance(value, dict) else {}
+        extra = {k: v for k, v in value.items() if k not in ("result", "args")} if helper else {}
         return Outcome(result=value.get("result"), warnings=list(reply.get("warnings") or []),
                        geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output,
-                       reads=reply.get("reads"))
+                       reads=reply.get("reads"), extra=extra, seconds=seconds)
 
     def _receive(self, deadline: float | None):
         """Wait for a message, watching the tree's memory; SubjectGone if the subject dies or lies."""
@@ -266,16 +308,44 @@ class Subject:
         return self._read_output(0, limit) if hasattr(self, "output") else ""
 
 
-def _subject_env(scratch: Path, extra: dict) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",
-            "LD_LIBRARY_PATH", "SYSTEMROOT")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
-               TRITON_CACHE_DIR=str(scratch / ".triton"), XDG_CACHE_HOME=str(scratch / ".cache"),
-               MPLCONFIGDIR=str(scratch / ".mpl"), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
-    env.update(extra)
-    return env
+def _place(source: Path, target: Path) -> None:
+    """Copy into a folder the subject can write: never through a link or file it left there."""
+    try:
+        os.unlink(target)
+    except FileNotFoundError:
+        pass
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(source.read_bytes())
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file the subject wrote; None if it is missing, not a regular file
+    (a FIFO, a device, a link) or over `limit` bytes. Never blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = os.read(fd, info.st_size + 1)
+        return data if len(data) <= limit else None
+    finally:
+        os.close(fd)
+
+
+def load_array(path: Path, limit: int):
+    """A .npy file the subject wrote, loaded without pickle; None if absent or malformed."""
+    data = read_regular(path, limit)
+    if data is None:
+        return None
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    return array if isinstance(array, np.ndarray) else None
 
 
 class FunctionProxy:
@@ -288,15 +358,21 @@ class FunctionProxy:
     def __call__(self, *args, **kwargs):
         return self.observe(*args, **kwargs).result
 
-    def observe(self, *args, return_args: bool = False, record: dict | None = None, **kwargs) -> Outcome:
-        """Call, and return the result with what was seen around it (warnings, arguments after,
-        and with record={position: name} the rows of those arguments the code read)."""
+    def observe(self, *args, return_args: bool = False, record: dict | None = None, helper: dict | None = None,
+                **kwargs) -> Outcome:
+        """Call, and return the result with what was seen around it (warnings, arguments after).
+
+        record={position: name}: the rows of those arguments the code read come back in
+        Outcome.reads. helper={"module": NAME, "spec": {...}}: the subject runs the call
+        through the helper module NAME (added with SubmissionProxy.use_helper); what it
+        returns beside the result is in Outcome.extra.
+        """
         measuring = _measurements[-1] if _measurements else None
         SubmissionProxy.last_call = (self.__name__, list(args), dict(kwargs))
         try:
             outcome = self.subject.call(self.__name__, list(args), kwargs, return_args=return_args,
                                         measure_memory=measuring is not None, torch=SubmissionProxy.torch,
-                                        record=record)
+                                        record=record, helper=helper)
         except UserCodeError as error:
             SubmissionProxy.outputs.append(getattr(error, "output", ""))
             raise
@@ -336,6 +412,18 @@ class SubmissionProxy:
 
     def __init__(self, subject: Subject):
         self._subject = subject
+
+    def use_helper(self, path: Path) -> None:
+        """Copy a trusted helper module (from the installed checks) beside subject.py, now and at every restart.
+
+        It runs inside the subject, next to the user's code: what it reports is advice.
+        """
+        path = Path(path)
+        if path not in self._subject.helpers:
+            self._subject.helpers.append(path)
+            scratch = getattr(self._subject, "scratch", None)
+            if scratch is not None and scratch.is_dir():
+                _place(path, scratch / path.name)
 
     def __getattr__(self, name: str) -> FunctionProxy:
         if name.startswith("_"):

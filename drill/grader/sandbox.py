@@ -13,7 +13,8 @@ The grading process makes itself a child subreaper, so descendants that called s
 stay its descendants, and `end_tree` kills every one of them at the end.
 
 Where Landlock is missing the subject still runs, with the other measures: the level in
-force is reported as "full" or "partial".
+force is reported as "full" or "partial". `Contained` puts all of this together for one
+process tree (the subject, or 06's ring launcher and its ranks).
 """
 
 from __future__ import annotations
@@ -123,15 +124,16 @@ def _inside(child: Path, parent: Path) -> bool:
     return child != parent and parent in child.parents
 
 
-def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]]) -> None:
+def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0) -> None:
+    """Restrict this process (and what it starts) to the paths given; `net`: TCP rights to deny (ABI 4+)."""
     read_paths, write_paths, device_paths = policy_paths
     libc = _libc()
     create, add, restrict = _SYSCALLS[platform.machine()]
     abi = int(libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
     if abi < 1:
         return
-    attr = _RulesetAttr(_handled(abi), 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 8
+    attr = _RulesetAttr(_handled(abi), net if abi >= 4 else 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
@@ -204,6 +206,65 @@ def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str]
 def policy_paths(policy: Policy) -> tuple[list[str], list[str], list[str]]:
     devices = list(DEVICES) + [str(p) for p in Path("/dev").glob("nvidia*")] + ["/dev/dri"]
     return policy.read_paths(), [str(policy.scratch)], [d for d in devices if os.path.exists(d)]
+
+
+# --- one contained process tree ---------------------------------------------------------------
+
+
+def contained_env(scratch: Path, extra: dict) -> dict[str, str]:
+    """A small environment: caches and HOME point into the scratch folder, nothing of drill's."""
+    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET",
+            "LD_LIBRARY_PATH", "SYSTEMROOT")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               TRITON_CACHE_DIR=str(scratch / ".triton"), XDG_CACHE_HOME=str(scratch / ".cache"),
+               MPLCONFIGDIR=str(scratch / ".mpl"), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+class Contained:
+    """A process started inside the sandbox, with every descendant of it under the same rules.
+
+    `start` runs `python -s -B SCRIPT ARGS` from `scratch` (which must already hold the
+    script and whatever it needs: nothing is read from elsewhere at run time) with
+    Landlock where the kernel has it, no capabilities, its own session, a memory cgroup
+    for the whole tree (or per-process address-space cap and /proc polling), and a cap on
+    what it may print. `close` ends the tree, including processes that called setsid.
+    """
+
+    def __init__(self, proc, group: "MemoryGroup | None", scratch: Path):
+        self.proc, self.group, self.scratch = proc, group, scratch
+
+    @classmethod
+    def start(cls, script: Path, args: list[str], *, scratch: Path, hidden: list[Path], memory_mb: int,
+              name: str, cap_address_space: bool = True, env: dict | None = None, stdout=None,
+              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = ()) -> "Contained":
+        import subprocess
+
+        policy = Policy(scratch, hidden)
+        paths = policy_paths(policy) if landlock_abi() >= 1 else None
+        group = MemoryGroup.create(name, memory_mb * 1024 * 1024) if memory_mb else None
+        proc = subprocess.Popen(
+            [sys.executable, "-s", "-B", str(script), *args],
+            stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else subprocess.DEVNULL,
+            stderr=stdout if stdout is not None else subprocess.DEVNULL, cwd=str(scratch),
+            env=contained_env(scratch, env or {}), pass_fds=pass_fds, close_fds=True,
+            preexec_fn=preexec(memory_mb if cap_address_space else 0, output_limit, paths, group),
+        )
+        return cls(proc, group, scratch)
+
+    def tree_bytes(self) -> int:
+        return tree_rss_bytes(self.proc.pid)
+
+    def close(self) -> None:
+        """End the tree: every descendant of this grading process (a setsid escapee is one too)."""
+        end_tree()
+        self.proc.wait()
+        if self.group is not None:
+            self.group.remove()
+            self.group = None
 
 
 # --- the end of the tree ---------------------------------------------------------------------

@@ -1,20 +1,30 @@
 """Run a ring-attention submission on W gloo ranks and record what every rank did.
 
-usage: python _ring_harness.py USER_FILE WORK_DIR
+usage: python _ring_harness.py WORK_DIR
 
-A script, not a pytest module: the hidden checks start it as a fresh interpreter. It
-imports torch once, then for every world size in WORK_DIR/plan.json forks W ranks.
-Each rank
+A script, not a pytest module. The trusted grader copies it, sandbox.py and the user's
+file into a scratch folder and starts it there inside the sandbox (drill.grader.sandbox),
+so it and every rank are untrusted: nothing they write decides a value's verdict. The
+grader gives each rank its own folder WORK_DIR/ranks/W<w>_r<r>/ holding a copy of the
+user's file and that rank's shards only (inputs.npz), and reads each rank's (o, lse) back
+from there (out_<case>_o.npy, out_<case>_lse.npy) to compare with its own reference.
+
+This launcher imports torch once, then for every world size in WORK_DIR/plan.json forks W
+ranks. Each rank
+  * loads its own shards, joins a gloo group on 127.0.0.1,
+  * shuts itself in further (a Landlock layer of its own): read and write only its own
+    folder, open no new TCP connection (the gloo mesh is already connected; Landlock
+    ABI 4+), no signals to other processes (ABI 6+); so it can neither read another
+    rank's shards nor write another rank's results, and where the kernel has ABI 4 it can
+    reach the other ranks only through the gloo group (pathname unix sockets are not
+    covered by Landlock),
   * wraps the torch.distributed functions so every collective and every send/recv is
-    written down (before the user's file is imported, so `from torch.distributed import
-    all_gather` gets the wrapped one too),
-  * imports the user's file itself, joins a gloo group on 127.0.0.1,
-  * calls ring_attention on its shard of every case, saving (o, lse) to WORK_DIR.
+    written down (advice for honest users: a rank can undo this, so it may fail a check
+    but never passes one), imports the user's file, and
+  * calls ring_attention on its shard of every case, saving (o, lse) in its folder.
 Ranks report over a pipe, one JSON object per line. This process kills ranks that stop
 making progress (a deadlock) and writes WORK_DIR/summary.json with every rank's events.
-
-Ranks are forked, never put in a new session: they stay in the grader's process group,
-which the grader kills at the end. They also die with this process (PR_SET_PDEATHSIG).
+They die with this process (PR_SET_PDEATHSIG); the grader ends the whole tree at the end.
 """
 
 from __future__ import annotations
@@ -27,8 +37,10 @@ import socket
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
+import sandbox  # the copy beside this script
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -42,6 +54,11 @@ COLLECTIVES = (
 BLOCKING_P2P = ("send", "recv", "send_object_list", "recv_object_list")
 ASYNC_P2P = ("isend", "irecv")
 INIT_LIMIT_S = 30.0  # to import the user's file and join the group
+_NET_TCP = 1 | 2  # LANDLOCK_ACCESS_NET_BIND_TCP | CONNECT_TCP
+
+
+class _InitAtImport(Exception):
+    """The user's file tried to set up a process group while being imported."""
 GRACE_S = 2.0  # how long the other ranks get once one rank has failed
 
 
@@ -135,46 +152,53 @@ def _as_array(x):
     return x.detach().to("cpu", torch.float64).numpy()
 
 
-def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases: list, inputs: dict,
-              wfd: int) -> None:
+def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cases: list, wfd: int) -> None:
     r = Rank(rank, world, wfd)
     r.emit(event="start")
     _die_with_parent()
     torch.set_num_threads(1)
+    with np.load(os.path.join(folder, "inputs.npz"), allow_pickle=False) as data:
+        inputs = {k: data[k] for k in data.files}  # this rank's shards only
+    try:
+        # Every connection is made now: the rank opens no new one once it is shut in.
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_GLOO_LAZY_INIT="0")
+        import datetime
+
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    except BaseException as exc:  # noqa: BLE001
+        r.emit(event="init_error", **_describe(exc, ""))
+        return
+    _shut_in(folder)
     r.wrap_distributed()
+    user_file = os.path.join(folder, user_name)
+
+    def refuse(*args, **kwargs):
+        raise _InitAtImport()
 
     import importlib.util
 
+    saved = dist.init_process_group
+    dist.init_process_group = c10d.init_process_group = refuse
     try:
         spec = importlib.util.spec_from_file_location("submission", user_file)
         module = importlib.util.module_from_spec(spec)
         sys.modules["submission"] = module
         spec.loader.exec_module(module)
         fn = module.ring_attention
-    except BaseException as exc:  # noqa: BLE001 - reported, never raised
-        r.emit(event="load_error", **_describe(exc, user_file))
-        return
-
-    if dist.is_initialized():
+    except _InitAtImport:
         r.emit(event="load_error", type="RuntimeError", line=None,
                message="your file sets up a process group when it is imported; ring_attention must use the caller's")
         return
-    try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        import datetime
-
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
-    except BaseException as exc:  # noqa: BLE001
-        r.emit(event="init_error", **_describe(exc, user_file))
+    except BaseException as exc:  # noqa: BLE001 - reported, never raised
+        r.emit(event="load_error", **_describe(exc, user_file))
         return
+    finally:
+        dist.init_process_group = c10d.init_process_group = saved
     r.emit(event="ready")
 
-    n = None
     for case in cases:
         name = case["name"]
-        full = [inputs[f"{name}_{t}"] for t in "qkv"]
-        n = full[0].shape[0] // world
-        shards = [torch.from_numpy(np.ascontiguousarray(x[rank * n:(rank + 1) * n])).clone() for x in full]
+        shards = [torch.from_numpy(np.ascontiguousarray(inputs[f"{name}_{t}"])).clone() for t in "qkv"]
         before = [s.clone() for s in shards]
         r.barrier()
         r.case = name
@@ -195,11 +219,23 @@ def rank_main(rank: int, world: int, port: int, user_file: str, work: str, cases
             o, lse = out
             result["types"] = [type(o).__name__, type(lse).__name__]
             result["shapes"] = [list(x.shape) if hasattr(x, "shape") else None for x in (o, lse)]
-            arrays = {k: a for k, a in (("o", _as_array(o)), ("lse", _as_array(lse))) if a is not None}
-            np.savez(os.path.join(work, f"W{world}_r{rank}_{name}.npz"), **arrays)
+            for key, x in (("o", o), ("lse", lse)):
+                array = _as_array(x)
+                if array is not None:
+                    np.save(os.path.join(folder, f"out_{name}_{key}.npy"), array, allow_pickle=False)
         r.emit(**result)
     r.barrier()  # every receive of every rank has completed: safe to leave
     r.emit(event="finished")
+
+
+def _shut_in(folder: str) -> None:
+    """A Landlock layer of this rank's own: its folder only, no new TCP connection, no signals out."""
+    if sandbox.landlock_abi() < 1:
+        return  # the grader reports "sandbox: partial"
+    work = Path(folder).parent.parent  # the launcher's folder: other ranks' shards and results
+    policy = sandbox.Policy(Path(folder), [work])
+    devices = [d for d in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(d)]
+    sandbox._apply_landlock((policy.read_paths(), [policy.scratch.as_posix()], devices), net=_NET_TCP)
 
 
 def _flop_counter():
@@ -234,8 +270,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(world: int, user_file: str, work: str, plan: dict) -> dict:
-    inputs = dict(np.load(os.path.join(work, f"inputs_W{world}.npz")))
+def run_world(world: int, work: str, plan: dict) -> dict:
     port = _free_port()
     ranks = []
     for rank in range(world):
@@ -247,7 +282,8 @@ def run_world(world: int, user_file: str, work: str, plan: dict) -> dict:
                 os.close(rfd)
                 for other in ranks:
                     os.close(other["fd"])
-                rank_main(rank, world, port, user_file, work, plan["cases"], inputs, wfd)
+                folder = os.path.join(work, "ranks", f"W{world}_r{rank}")
+                rank_main(rank, world, port, folder, plan["user_file"], plan["cases"], wfd)
             except BaseException:  # noqa: BLE001
                 code = 1
             finally:
@@ -328,7 +364,7 @@ def _warm_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    user_file, work = argv
+    (work,) = argv
     _warm_up()
     with open(os.path.join(work, "plan.json"), encoding="utf-8") as f:
         plan = json.load(f)
@@ -340,7 +376,7 @@ def main(argv: list[str]) -> int:
         if stuck is not None:  # what hangs at W hangs at W + 1 too: do not wait for it twice
             run = {"world": world, "status": "skipped", "after": stuck, "ranks": []}
         else:
-            run = run_world(world, user_file, work, plan)
+            run = run_world(world, work, plan)
             stuck = world if run["status"] in ("stuck", "init_timeout") else None
         summary["worlds"].append(run)
         # rewritten after every world: a launcher cut short still leaves what it saw

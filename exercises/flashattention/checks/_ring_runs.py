@@ -1,23 +1,37 @@
 """Start the ring-attention ranks once per grading and explain what happened in them.
 
-Not collected by pytest (leading underscore). `launch` writes the inputs, runs
-_ring_harness.py in a fresh interpreter (which forks W gloo ranks per world size) and
-returns a `Runs` object the checks query: per world size, per rank, per case, the
-(o, lse) a rank returned, the communication calls it made, or why it has no result.
+Not collected by pytest (leading underscore). `launch` makes a scratch folder holding
+copies of _ring_harness.py, sandbox.py and the user's file, with one folder per rank that
+holds that rank's shards only, and runs the harness there under the subject's sandbox
+(drill.grader.proxy.Subject.run_script): the harness forks W gloo ranks per world size,
+each an untrusted subject. Once the whole tree has ended, it reads every rank's (o, lse)
+back (regular .npy files, size-capped, no pickle) and returns a `Runs` object the checks
+query: per world size, per rank, per case, the (o, lse) a rank returned, the
+communication calls it made, or why it has no result.
+
+Trust: the inputs and the float64 reference live here; each (o, lse) is compared with the
+reference, so no value passes unless it is right. The events (which calls a rank made,
+whether it changed its inputs, FLOPs) are reported from inside the ranks: they can fail a
+check, never turn a wrong value into a pass. A rank that hides a collective from the
+recorder and still computes the right values is not caught by these observations.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from drill.grader import sandbox
+from drill.grader.proxy import load_array, read_regular
+
 HARNESS = Path(__file__).with_name("_ring_harness.py")
+SUMMARY_LIMIT_BYTES = 8 * 1024 * 1024
+RESULT_LIMIT_BYTES = 1024 * 1024  # one rank's o or lse: a few hundred floats
 WORLDS = (2, 3, 4)
 PROGRESS_LIMIT_S = 10.0  # no rank finished a case for this long: the ranks are stuck
 LAUNCH_LIMIT_S = 100.0  # the whole launcher, a backstop only
@@ -64,11 +78,16 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
 class Runs:
     """Everything the ranks reported, for every world size."""
 
-    def __init__(self, work: Path, inputs: dict, summary: dict | None, launch_error: str = ""):
-        self.work = work
+    def __init__(self, inputs: dict, summary: dict | None, results: dict, launch_error: str = ""):
         self.inputs = inputs
+        self.results = results  # (world, rank, case) -> {"o": array, "lse": array}, read by the grader
         self.launch_error = launch_error
-        self.worlds = {w["world"]: w for w in (summary or {}).get("worlds", [])}
+        self.worlds = {}
+        for w in (summary or {}).get("worlds", []) if isinstance(summary, dict) else []:
+            if isinstance(w, dict) and w.get("world") in WORLDS and isinstance(w.get("ranks", []), list):
+                w["ranks"] = [[e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+                              for events in w.get("ranks", [])]
+                self.worlds[w["world"]] = w
 
     # ---- raw access
 
@@ -83,11 +102,7 @@ class Runs:
         return None
 
     def arrays(self, world: int, rank: int, case: str) -> dict[str, np.ndarray]:
-        path = self.work / f"W{world}_r{rank}_{case}.npz"
-        if not path.exists():
-            return {}
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
+        return self.results.get((world, rank, case), {})
 
     def ops(self, world: int, rank: int, case: str | None = None) -> list[dict]:
         """Recorded communication calls (entries only), optionally of one case."""
@@ -195,28 +210,51 @@ def _case_words(name: str) -> str:
     return ", ".join(bits)
 
 
-def launch(user_file: str, work: Path) -> Runs:
-    """Write the inputs and the plan, run the harness, read what the ranks reported."""
+def launch(subject, user_file: str) -> Runs:
+    """Lay out the scratch folder, run the harness in the sandbox, read what the ranks left."""
     inputs = {w: make_inputs(w) for w in WORLDS}
+    work = subject.script_scratch("ring")
+    shutil.copyfile(HARNESS, work / HARNESS.name)
+    shutil.copyfile(Path(sandbox.__file__), work / "sandbox.py")
+    source = Path(user_file).read_bytes()
+    name = Path(user_file).name
     for w, arrays in inputs.items():
-        np.savez(work / f"inputs_W{w}.npz", **arrays)
-    plan = {"worlds": list(WORLDS), "progress_limit_s": PROGRESS_LIMIT_S,
+        for rank in range(w):
+            folder = work / "ranks" / f"W{w}_r{rank}"
+            folder.mkdir(parents=True)
+            (folder / name).write_bytes(source)
+            shards = {}
+            for case in CASES:
+                rows = slice(rank * case.n, (rank + 1) * case.n)
+                shards.update({f"{case.name}_{t}": arrays[f"{case.name}_{t}"][rows] for t in "qkv"})
+            np.savez(folder / "inputs.npz", **shards)
+    plan = {"worlds": list(WORLDS), "progress_limit_s": PROGRESS_LIMIT_S, "user_file": name,
             "cases": [{"name": c.name, "causal": c.causal} for c in CASES]}
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    code, tail = subject.run_script(work, HARNESS.name, [str(work)], LAUNCH_LIMIT_S)
     error = ""
-    try:
-        proc = subprocess.run([sys.executable, str(HARNESS), user_file, str(work)], stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=LAUNCH_LIMIT_S)
-        if proc.returncode != 0:
-            tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["?"]
-            error = f"the ranks could not be started (a problem in drill or its torch install): {tail[0]}"
-    except subprocess.TimeoutExpired:
+    if code is None:
         error = f"the ranks did not finish within {LAUNCH_LIMIT_S:g} s"
+    elif code != 0:
+        last = tail.strip().splitlines()[-1:] or ["?"]
+        error = f"the ranks could not be started (a problem in drill or its torch install): {last[0][:300]}"
     summary = None
-    path = work / "summary.json"
-    if path.exists():
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    return Runs(work, inputs, summary, error)
+    raw = read_regular(work / "summary.json", SUMMARY_LIMIT_BYTES)
+    if raw is not None:
+        try:
+            summary = json.loads(raw)
+        except ValueError:
+            summary = None
+    results = {}
+    for w in WORLDS:
+        for rank in range(w):
+            folder = work / "ranks" / f"W{w}_r{rank}"
+            for case in CASES:
+                found = {key: load_array(folder / f"out_{case.name}_{key}.npy", RESULT_LIMIT_BYTES)
+                         for key in ("o", "lse")}
+                results[(w, rank, case.name)] = {k: a.astype(np.float64) for k, a in found.items()
+                                                 if a is not None and a.dtype.kind in "fiu"}
+    return Runs(inputs, summary, results, error)
 
 
 # --------------------------------------------------------------------------- float64 attention

@@ -1,5 +1,12 @@
-"""Support for the triton-forward checks: where the kernel runs, inputs, float64 references,
-known mistakes, poisoned output buffers, launch recording and timing.
+"""Support for the triton-forward checks (trusted side): where the kernel runs, inputs,
+float64 references, known mistakes, calling the user's kernel in the subject, and timing.
+
+The user's kernel runs only in the sandboxed subject. `call_user` sends q, k and v by
+value with the layout to rebuild (strides, dtype, device, what the guard memory after
+each holds); _triton_probe.py, copied beside the subject, rebuilds them there, runs the
+kernel with poisoned allocations and launches recorded, and sends back the output values
+and what it saw. Those observations come from the user's process: they may fail a check,
+never pass one. Values are compared here, against references computed here.
 
 Not collected by pytest (leading underscore). The references build full S×S score
 matrices on purpose: they are the yardstick, not an answer to copy.
@@ -9,23 +16,23 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-from contextlib import contextmanager
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 
 from drill.grader import submission
-from drill.grader.expect import fail, max_error, show
+from drill.grader.expect import fail, max_error
+
+PROBE = Path(__file__).with_name("_triton_probe.py")
 
 # Every output element is a weighted mean of rows of v, so |o| <= max|v| (a few units here):
 # this value can never be a real output, and it is exact in fp16, bf16 and fp32.
 POISON = -32768.0
-# Elements of guard memory after every input and output buffer: more than one block of rows
-# (BLOCK_M ≤ 256 rows of D ≤ 128, times a head count), so a load or store that runs past S
-# lands in the guard, not in someone else's memory (on the CPU that aborts the grader).
-GUARD = 1 << 17
+# Guard elements after each tensor made here (the subject's copies get a guard of their own).
+GUARD = 1 << 10
 BLOCK_CANDIDATES = (16, 32, 64, 128)  # key block sizes a kernel might use, for naming mistakes
 # Smallest tolerance, times max(1, max|expected|): a few units of the dtype's rounding.
 FLOOR = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -35,7 +42,13 @@ FLOOR = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
 def interpreter_on() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether the subject runs Triton's interpreter (drill's runner sets it there when it finds no GPU)."""
+    try:
+        env = submission.loaded()._subject.env
+    except (RuntimeError, AttributeError):
+        env = {}
+    flag = env.get("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
+    return flag not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -96,20 +109,13 @@ def guarded(t: torch.Tensor, fill: float) -> torch.Tensor:
     """A copy of t (same shape and strides) followed by GUARD elements of `fill` in memory.
 
     NaN after the inputs turns a load past S without a mask into a visible NaN; POISON
-    after an output buffer shows a store past S (see PoisonAllocations.overran).
+    after an output buffer shows a store past S (see _triton_probe.py).
     """
     span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
     buf = torch.full((span + GUARD,), fill, dtype=t.dtype, device=t.device)
     out = buf.as_strided(tuple(t.shape), tuple(t.stride()))
     out.copy_(t)
     return out
-
-
-def guard_of(t: torch.Tensor) -> torch.Tensor:
-    """The guard elements after a tensor made by guarded()."""
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
-    flat = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
-    return flat[t.storage_offset() + span:]
 
 
 def describe(q, causal, sm_scale) -> str:
@@ -328,147 +334,108 @@ def wrong_head(got64: torch.Tensor, ref: torch.Tensor, tol: float) -> str:
 # --------------------------------------------------------------------------- calling the user's code
 
 
-_ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
-
-
-class PoisonAllocations(TorchFunctionMode):
-    """Swap every uninitialised float tensor the user's file allocates for a poisoned one.
-
-    torch.empty hands back whatever memory was free, which may hold the correct answer
-    from an earlier call (the CPU allocator reuses blocks). The replacement has the same
-    shape, strides, dtype and device, is filled with POISON (so rows the kernel never
-    writes stay visible) and is followed by a guard of POISON (so a store past the end
-    lands there and is seen, instead of corrupting memory). Only allocations made directly
-    from the user's file are swapped: Triton's and torch's own buffers are left alone.
-    """
-
-    def __init__(self, user_file: str):
-        super().__init__()
-        self.user_file = user_file
-        self.made: list[torch.Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if (getattr(func, "__name__", "") in _ALLOCATORS and isinstance(result, torch.Tensor)
-                and result.is_floating_point() and not result.requires_grad
-                and sys._getframe(1).f_code.co_filename == self.user_file):
-            result = guarded(result.fill_(POISON), POISON)
-            self.made.append(result)
-        return result
-
-    def overran(self) -> bool:
-        """True if anything was written past the end of a buffer the user's file allocated."""
-        return any(bool((guard_of(t) != POISON).any()) for t in self.made)
-
-
 @dataclass
 class Launch:
     kernel: str
-    file: str
+    mine: bool  # the kernel's code is in the user's file
+    file: str  # its file's base name
     grid: tuple | None
     constants: dict = field(default_factory=dict)
 
 
-def _kernel_classes() -> list:
-    classes = []
-    try:
-        from triton.runtime.jit import JITFunction
-
-        classes.append(JITFunction)
-    except ImportError:
-        pass
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        classes.append(InterpretedFunction)
-    except ImportError:
-        pass
-    return classes
-
-
 class Launches(list):
-    """The launches seen during a call; `watching` is False if this Triton offers no hook."""
+    """The launches the probe saw during a call; `watching` is False if this Triton offers no hook."""
 
     watching = False
 
 
-@contextmanager
-def recording_launches():
-    """Record every Triton kernel launch (kernel, its file, grid, int/bool keyword arguments)."""
-    launches = Launches()
-    patched = []
+@dataclass
+class Returned:
+    """One call's output values (None unless a plain tensor came back) and what the probe saw."""
 
-    def wrap(original):
-        def run(self, *args, **kwargs):
-            if not kwargs.get("warmup", False):
-                fn = getattr(self, "fn", None)
-                code = getattr(fn, "__code__", None)
-                constants = {k: v for k, v in kwargs.items() if isinstance(v, (int, bool)) and k != "warmup"}
-                launches.append(Launch(getattr(fn, "__name__", "?"), code.co_filename if code else "",
-                                       _resolve_grid(kwargs.get("grid"), constants), constants))
-            return original(self, *args, **kwargs)
-
-        return run
-
-    for cls in _kernel_classes():
-        original = cls.__dict__.get("run")
-        if original is not None:
-            cls.run = wrap(original)
-            patched.append((cls, original))
-    launches.watching = bool(patched)
-    try:
-        yield launches
-    finally:
-        for cls, original in patched:
-            cls.run = original
+    array: np.ndarray | None
+    observed: dict
+    inputs_after: list | None = None
 
 
-def _resolve_grid(grid, constants: dict):
-    try:
-        if callable(grid):
-            grid = grid(dict(constants))
-        return tuple(int(g) for g in grid)
-    except Exception:  # a grid we cannot evaluate here: the launch check then looks at less
-        return None
+def values(t: torch.Tensor) -> np.ndarray:
+    """t's values as a contiguous array that crosses by value (bf16 as float32, exactly)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.contiguous().numpy()
 
 
-def call_user(sub, q, k, v, causal=False, sm_scale=None, **extra):
-    """Run the user's flash_attention with poisoned allocations; returns (o, launches).
+def _launches(observed: dict) -> Launches:
+    found = Launches()
+    found.watching = observed.get("watching") is True
+    for item in observed.get("launches") or []:
+        if not isinstance(item, dict):
+            continue
+        grid = item.get("grid")
+        grid = tuple(g for g in grid if isinstance(g, int)) if isinstance(grid, list) else None
+        constants = item.get("constants") if isinstance(item.get("constants"), dict) else {}
+        found.append(Launch(str(item.get("kernel", "?")), item.get("mine") is True, str(item.get("file", "")),
+                            grid, constants))
+    return found
 
-    Fails at once if the kernel wrote past the end of a buffer it allocated.
+
+def call_user(sub, q, k, v, causal=False, sm_scale=None, *, guard: float = math.nan, return_inputs: bool = False):
+    """Run the user's flash_attention in the subject on q, k, v as laid out here; returns (Returned, launches).
+
+    `guard` is what the subject keeps in memory just after q, k and v (NaN: a load past S
+    shows up). Fails at once if the probe saw a store past the end of a buffer.
     """
-    kwargs = dict(extra)
+    kwargs = {}
     if causal:
         kwargs["causal"] = True
     if sm_scale is not None:
         kwargs["sm_scale"] = sm_scale
-    poison = PoisonAllocations(submission.path())
-    with recording_launches() as launches, poison:
-        out = sub.flash_attention(q, k, v, **kwargs)
-    if poison.overran():
+    sub.use_helper(PROBE)
+    spec = {"device": str(q.device), "dtype": str(q.dtype).removeprefix("torch."), "return_inputs": return_inputs,
+            "tensors": [{"stride": list(t.stride()), "guard": "nan" if math.isnan(guard) else guard}
+                        for t in (q, k, v)]}
+    outcome = sub.flash_attention.observe(*(values(t) for t in (q, k, v)),
+                                          helper={"module": PROBE.stem, "spec": spec}, **kwargs)
+    observed = outcome.extra.get("observed")
+    observed = observed if isinstance(observed, dict) else {}
+    if observed.get("overran") is True:
         fail("your kernel wrote past the end of o", called=describe(q, causal, sm_scale),
              got="values in the memory just after o (drill keeps a guard there)",
              expected="no store outside o",
              hint="mask the store: the last query block sticks out past S, so store only rows with "
                   "offs_m < S (tl.store(ptrs, o, mask=offs_m[:, None] < S))")
-    return out, launches
+    array = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype.kind == "f" else None
+    after = outcome.extra.get("inputs")
+    after = [a for a in after if isinstance(a, np.ndarray)] if isinstance(after, list) else None
+    return Returned(array, observed, after), _launches(observed)
 
 
-def as_output(out, q, call: str) -> torch.Tensor:
-    """Check the returned value is a tensor shaped, typed and placed like q."""
-    if not isinstance(out, torch.Tensor):
-        fail(f"flash_attention returned {type(out).__name__}, not a tensor", called=call, got=show(out),
-             expected=f"a torch.Tensor of shape {tuple(q.shape)}",
-             hint="return o from the launcher (the kernel writes into it; it returns nothing itself)")
-    if tuple(out.shape) != tuple(q.shape):
-        fail("o has the wrong shape", called=call, got=f"shape {tuple(out.shape)}",
-             expected=f"shape {tuple(q.shape)}, the same as q")
-    if out.dtype != q.dtype:
-        fail("o has the wrong dtype", called=call, got=str(out.dtype), expected=f"{q.dtype}, the dtype of q",
+def as_output(ret: Returned, q, call: str) -> torch.Tensor:
+    """The output as a tensor here, once it is known to be a plain tensor shaped, typed and placed like q."""
+    check_returned(ret, q, call)
+    return torch.from_numpy(ret.array).to(device=q.device, dtype=q.dtype)
+
+
+def check_returned(ret: Returned, q, call: str) -> None:
+    """Fail unless a plain tensor came back, with q's shape, dtype and device."""
+    seen = ret.observed
+    kind = str(seen.get("type", "nothing"))
+    want_dtype = str(q.dtype).removeprefix("torch.")
+    if seen.get("plain") is True and seen.get("dtype") != want_dtype:
+        fail("o has the wrong dtype", called=call, got=f"torch.{seen.get('dtype')}", expected=f"{q.dtype}, the dtype of q",
              hint="allocate o with q's dtype and store o.to(O.dtype.element_ty) in the kernel")
-    if out.device != q.device:
-        fail("o is on the wrong device", called=call, got=str(out.device), expected=str(q.device))
-    return out
+    if seen.get("plain") is not True or ret.array is None:
+        subclass = seen.get("plain") is False and kind not in ("NoneType", "ndarray", "tuple", "list")
+        fail(f"flash_attention returned {kind}, not a tensor" if not subclass else
+             f"flash_attention returned a tensor subclass ({kind}): only a plain torch.Tensor is graded",
+             called=call, got=f"a {kind} object", expected=f"a torch.Tensor of shape {tuple(q.shape)}",
+             hint="return o from the launcher (the kernel writes into it; it returns nothing itself)")
+    if tuple(ret.array.shape) != tuple(q.shape):
+        fail("o has the wrong shape", called=call, got=f"shape {tuple(ret.array.shape)}",
+             expected=f"shape {tuple(q.shape)}, the same as q")
+    if str(seen.get("device", "")).split(":")[0] != q.device.type:
+        fail("o is on the wrong device", called=call, got=str(seen.get("device")), expected=str(q.device))
 
 
 def rows_text(t: torch.Tensor, b: int, h: int, i: int, cols: int = 4) -> str:
@@ -498,6 +465,57 @@ def verdict(got: torch.Tensor, want: torch.Tensor, tol: float, call: str, hint: 
 
 
 # --------------------------------------------------------------------------- timing (GPU only)
+
+
+NULL_KERNEL = Path(__file__).with_name("_triton_null.py")
+
+
+def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str):
+    """The q, k, v the probe draws for `seed` (the same code, so the same values on the same GPU)."""
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    return tuple(torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
+                 for _ in range(3))
+
+
+def null_subject(sub):
+    """A second subject, with drill's do-nothing kernel as its file: the round trip without a kernel."""
+    from drill.grader.proxy import Subject, SubmissionProxy
+
+    user = sub._subject
+    clean = Subject(NULL_KERNEL, ["flash_attention"], scratch_root=user.scratch_root / "calibration",
+                    hidden=user.hidden, memory_mb=user.memory_mb, cap_address_space=user.cap_address_space,
+                    env=user.env)
+    proxy = SubmissionProxy(clean)
+    proxy.use_helper(PROBE)
+    return proxy
+
+
+def timed_round_trips(proxy, shape, dtype: torch.dtype, causal: bool, seeds, check=None) -> float:
+    """Median ms of whole calls (request, inputs drawn from a fresh seed, kernel, output back).
+
+    Timed here, in the trusted process: nothing in the subject can shorten it. `check(seed,
+    ret)` sees every output, outside the timed part.
+    """
+    spec = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "device": "cuda"}
+    kwargs = {"causal": True} if causal else {}
+    times = []
+    for seed in seeds:
+        helper = {"module": PROBE.stem, "entry": "seeded", "spec": dict(spec, seed=int(seed))}
+        started = time.perf_counter()
+        outcome = proxy.flash_attention.observe(helper=helper, **kwargs)
+        times.append((time.perf_counter() - started) * 1e3)
+        if check is not None:
+            observed = outcome.extra.get("observed")
+            array = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype == np.int16 \
+                else None
+            check(seed, Returned(array, observed if isinstance(observed, dict) else {}))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def from_bits(ret: Returned, dtype: torch.dtype, device) -> torch.Tensor:
+    """The output sent as int16 bits, back as a tensor of its dtype."""
+    return torch.from_numpy(ret.array).to(device).view(dtype)
 
 
 def tflops(B, H, S, D, causal: bool, ms: float) -> float:

@@ -8,19 +8,21 @@ Two ways of grading, chosen by where the worker runs (see _triton_forward_suppor
     reference and drill's reference kernel, then TFLOP/s against the reference kernel and
     PyTorch SDPA (backends pinned and named); the figures travel as notes.
 
-Every call runs with the user's torch.empty-style allocations swapped for poisoned ones
-(PoisonAllocations), so rows the kernel never writes cannot pass by holding stale memory,
-and with Triton launches recorded, to check the grid. Inputs and those outputs are followed
-in memory by a guard (NaN after inputs, poison after outputs): a load or store past S lands
-there and is named, instead of reading or corrupting someone else's memory.
+The user's kernel runs only in the sandboxed subject: tf.call_user sends q, k and v by
+value with the layout to rebuild, and the output values come back to be compared here.
+There (_triton_probe.py) the user's torch.empty-style allocations are swapped for poisoned
+ones, so rows the kernel never writes cannot pass by holding stale memory, and Triton
+launches are recorded, to check the grid. Inputs and those outputs are followed in memory
+by a guard (NaN after inputs, poison after outputs): a load or store past S lands there
+and is named. What the probe reports can fail a check, never pass one.
 """
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
-from drill.grader import submission
 from drill.grader.expect import fail, note
 
 from . import _triton_forward_support as tf
@@ -70,9 +72,8 @@ def diagnose(sub, out, q, k, v, causal, sm_scale, ref, tol, extra=None) -> str:
 def reads_past_end(sub, q, k, v, causal, sm_scale) -> bool:
     """True if the NaN goes away when the memory after q, k and v holds zeros instead of NaN."""
     try:
-        zeroed = [tf.guarded(t, 0.0) for t in (q, k, v)]
-        out, _ = tf.call_user(sub, *zeroed, causal, sm_scale)
-        return isinstance(out, torch.Tensor) and not bool(torch.isnan(out).any())
+        ret, _ = tf.call_user(sub, q, k, v, causal, sm_scale, guard=0.0)
+        return ret.array is not None and not bool(np.isnan(ret.array).any())
     except Exception:  # noqa: BLE001 - a second failure says nothing more
         return False
 
@@ -129,11 +130,11 @@ def _strides_hint(sub, mode):
         ref = tf.reference(qc, kc, vc, False, None)
         tol, _ = tf.tolerance(qc, kc, vc, False, None, ref)
         try:
-            out, _ = tf.call_user(sub, qc, kc, vc)
+            ret, _ = tf.call_user(sub, qc, kc, vc)
         except Exception:  # noqa: BLE001 - failing here too says nothing about strides
             return ""
-        if isinstance(out, torch.Tensor) and out.shape == ref.shape and \
-                tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy()) <= tol:
+        if ret.array is not None and ret.array.shape == tuple(ref.shape) and \
+                tf.max_error(ret.array.astype(np.float64), ref.cpu().numpy()) <= tol:
             return ("right for contiguous q, k, v but wrong for these: use each tensor's own strides, "
                     "start of a head = b·stride_b + h·stride_h, row i at + i·stride_s (q, k, v and o "
                     "each have their own)")
@@ -196,15 +197,17 @@ def test_returns_new_tensor_inputs_unchanged(sub, mode):
     ref = tf.reference(q, k, v, False, 0.5)
     tol, naive_err = tf.tolerance(q, k, v, False, 0.5, ref)
     call = tf.describe(q, False, 0.5)
-    out, _ = tf.call_user(sub, q, k, v, False, 0.5)
-    out = tf.as_output(out, q, call)
-    for name, t, t0 in zip("qkv", (q, k, v), before):
-        if not torch.equal(t, t0):
+    ret, _ = tf.call_user(sub, q, k, v, False, 0.5, return_inputs=True)
+    out = tf.as_output(ret, q, call)
+    after = ret.inputs_after or []
+    for name, t0, a in zip("qkv", before, after + [None] * (3 - len(after))):
+        if a is None or not np.array_equal(a, tf.values(t0)):
             fail(f"flash_attention changed its input {name} in place", called=call,
                  hint="scale the scores inside the kernel (s = q·kᵀ · sm_scale), not q itself; "
                       "never write into q, k or v")
-    for name, t in zip("qkv", (q, k, v)):
-        if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+    shared = ret.observed.get("shares")
+    for name in "qkv":
+        if not isinstance(shared, list) or name in shared:
             fail(f"o shares its memory with {name}", called=call,
                  hint="allocate a fresh output, torch.empty((B, H, S, D), ...)")
     tf.verdict(out, ref, tol, call, diagnose(sub, out, *before, False, 0.5, ref, tol), naive_err)
@@ -219,9 +222,9 @@ def test_launch_grid(sub, mode):
     tol, naive_err = tf.tolerance(q, k, v, False, None, ref)
     call = tf.describe(q, False, None)
     out, launches = tf.call_user(sub, q, k, v)
-    mine = [launch for launch in launches if launch.file == submission.path()]
+    mine = [launch for launch in launches if launch.mine]
     if not mine and launches.watching:
-        others = ", ".join(sorted({f"{launch.kernel} ({os.path.basename(launch.file)})" for launch in launches}))
+        others = ", ".join(sorted({f"{launch.kernel} ({launch.file})" for launch in launches}))
         fail("no @triton.jit kernel from your file was launched", called=call,
              got=f"launches: {others}" if others else "no Triton launch at all",
              expected="_flash_forward_kernel[grid](...) from your file",
@@ -309,6 +312,9 @@ def _time(fn):
         return None
 
 
+TIMED_CALLS = 9  # per size; each on inputs from a fresh seed, each output checked
+
+
 def test_speed(sub, mode):
     """Speed against the reference kernel and SDPA"""
     if not mode.gpu:
@@ -321,34 +327,50 @@ def test_speed(sub, mode):
               ("SDPA cuDNN", _sdpa(SDPBackend.CUDNN_ATTENTION)),
               ("SDPA FLASH", _sdpa(SDPBackend.FLASH_ATTENTION))]
     dtype = str(SPEED_DTYPE).removeprefix("torch.")
-    note(f"speed, {dtype}, TFLOP/s (forward 4·B·H·S²·D, half when causal; do_bench medians); "
+    note(f"speed, {dtype}, TFLOP/s (forward 4·B·H·S²·D, half when causal). yours: the median wall-clock round "
+         f"trip of {TIMED_CALLS} calls into the sandboxed process running your file (each on fresh inputs, each "
+         "output checked), minus the median round trip of a kernel that computes nothing through the same path "
+         "(the transfer cost, calibrated in a clean process); the others: do_bench medians in the grader. "
          "reference = drill.kernels.flash_attention (default config); SDPA backends pinned with sdpa_kernel")
     note("B H S D causal | yours | " + " | ".join(n for n, _ in others) + " | yours/reference | yours/SDPA cuDNN")
     slow = []
-    for B, H, S, D, causal in SPEED_CASES:
-        q, k, v = tf.make_qkv(B, H, S, D, mode, seed=20, dtype=SPEED_DTYPE)
-        call = tf.describe(q, causal, None)
-        out = tf.as_output(sub.flash_attention(q, k, v, causal=causal), q, call)
-        # a fast kernel must also be right: compare with the reference kernel at this size
-        want = reference_kernel(q, k, v, causal=causal).double()
-        tol = tf.FLOOR[SPEED_DTYPE] * max(1.0, float(want.abs().max()))
-        tf.verdict(out, want, tol, call + " (speed size, against the reference kernel)",
-                   diagnose(sub, out, q, k, v, causal, None, want, tol) if S <= 2048 else "")
-        # yours is timed without a safety net: if it cannot run here, that is the verdict
-        figures = {"yours": tf.median_ms(lambda: sub.flash_attention(q, k, v, causal=causal))}
-        for name, fn in others:
-            figures[name] = _time(lambda fn=fn: fn(q, k, v, causal))
-        rate = {n: tf.tflops(B, H, S, D, causal, ms) if ms else None for n, ms in figures.items()}
+    calibration = tf.null_subject(sub)
+    try:
+        for index, (B, H, S, D, causal) in enumerate(SPEED_CASES):
+            shape = (B, H, S, D)
+            call = tf.describe(torch.empty(shape, dtype=SPEED_DTYPE, device="meta"), causal, None)
+            call += " (speed size, inputs drawn in your process from a seed, against the reference kernel)"
 
-        def ratio(a, b):
-            return f"{rate[a] / rate[b]:.2f}" if rate[a] and rate[b] else "n/a"
+            def check(seed, ret, causal=causal, call=call, shape=shape):
+                q, k, v = tf.seeded_inputs(shape, SPEED_DTYPE, seed, "cuda")
+                tf.check_returned(ret, q, call)
+                want = reference_kernel(q, k, v, causal=causal).double()
+                tol = tf.FLOOR[SPEED_DTYPE] * max(1.0, float(want.abs().max()))
+                tf.verdict(tf.from_bits(ret, SPEED_DTYPE, q.device), want, tol, call)
 
-        cells = " | ".join(f"{rate[n]:.3g}" if rate[n] else "n/a" for n in figures)
-        note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
-             f"{ratio('yours', 'SDPA cuDNN')}")
-        if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
-            slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "
-                        f"reference {rate['reference']:.3g} TFLOP/s")
+            seeds = [7000 + 100 * index + i for i in range(TIMED_CALLS + 1)]  # the first is a warm-up
+            tf.timed_round_trips(sub, shape, SPEED_DTYPE, causal, seeds[:1], check)
+            tf.timed_round_trips(calibration, shape, SPEED_DTYPE, causal, seeds[:1])
+            round_trip = tf.timed_round_trips(sub, shape, SPEED_DTYPE, causal, seeds[1:], check)
+            transfer = tf.timed_round_trips(calibration, shape, SPEED_DTYPE, causal, seeds[1:])
+            figures = {"yours": max(round_trip - transfer, 1e-3)}
+            q, k, v = tf.seeded_inputs(shape, SPEED_DTYPE, seeds[0], "cuda")
+            for name, fn in others:
+                figures[name] = _time(lambda fn=fn: fn(q, k, v, causal))
+            rate = {n: tf.tflops(B, H, S, D, causal, ms) if ms else None for n, ms in figures.items()}
+
+            def ratio(a, b):
+                return f"{rate[a] / rate[b]:.2f}" if rate[a] and rate[b] else "n/a"
+
+            cells = " | ".join(f"{rate[n]:.3g}" if rate[n] else "n/a" for n in figures)
+            note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
+                 f"{ratio('yours', 'SDPA cuDNN')}")
+            note(f"  round trip {round_trip:.3g} ms, of which transfer {transfer:.3g} ms (calibrated)")
+            if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
+                slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "
+                            f"reference {rate['reference']:.3g} TFLOP/s")
+    finally:
+        calibration._subject.close()
     if slow:
         fail(f"your kernel runs below {MIN_SPEED_RATIO:g}× the reference kernel's TFLOP/s",
              called=f"flash_attention on {dtype} inputs at the sizes in the table below",

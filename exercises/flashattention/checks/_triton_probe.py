@@ -1,0 +1,198 @@
+"""Subject-side instrumentation for the triton-forward checks (runs in the untrusted subject).
+
+The grader copies this file beside subject.py; the subject imports it when a request names
+it and calls `call`. It rebuilds q, k and v from the values sent (with the layout asked
+for and guard memory after each), runs the user's flash_attention with poisoned
+allocations and Triton launches recorded, and returns the output as a plain array with
+what it saw as plain data. It shares the process with the user's code, so everything it
+reports is advice for honest users: the grader may fail a check on it, never pass one.
+The values themselves are compared on the trusted side.
+
+Standard library, numpy and torch only: nothing of drill is importable here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+
+# Every output element is a weighted mean of rows of v, so |o| <= max|v| (a few units here):
+# this value can never be a real output, and it is exact in fp16, bf16 and fp32.
+POISON = -32768.0
+# Elements of guard memory after every input and output buffer: more than one block of rows
+# (BLOCK_M <= 256 rows of D <= 128, times a head count), so a load or store that runs past S
+# lands in the guard, not in someone else's memory (on the CPU that aborts the process).
+GUARD = 1 << 17
+_ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
+def guarded(t: torch.Tensor, shape, stride, fill: float) -> torch.Tensor:
+    """A tensor of t's values with the given strides, followed in memory by GUARD elements of `fill`."""
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if t.numel() else 0
+    buf = torch.full((span + GUARD,), fill, dtype=t.dtype, device=t.device)
+    out = buf.as_strided(tuple(shape), tuple(stride))
+    out.copy_(t)
+    return out
+
+
+def guard_of(t: torch.Tensor) -> torch.Tensor:
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    flat = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    return flat[t.storage_offset() + span:]
+
+
+class PoisonAllocations(TorchFunctionMode):
+    """Swap every uninitialised float tensor the user's file allocates for a poisoned, guarded one.
+
+    torch.empty hands back whatever memory was free, which may hold an earlier answer;
+    POISON makes rows the kernel never writes visible, and the guard after the buffer
+    shows a store past its end. Only allocations made directly from the user's file.
+    """
+
+    def __init__(self, user_file: str):
+        super().__init__()
+        self.user_file = user_file
+        self.made: list[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if (getattr(func, "__name__", "") in _ALLOCATORS and type(result) is torch.Tensor
+                and result.is_floating_point() and not result.requires_grad
+                and sys._getframe(1).f_code.co_filename == self.user_file):
+            result = guarded(result.fill_(POISON), result.shape, result.stride(), POISON)
+            self.made.append(result)
+        return result
+
+    def overran(self) -> bool:
+        return any(bool((guard_of(t) != POISON).any()) for t in self.made)
+
+
+def _kernel_classes() -> list:
+    classes = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        classes.append(JITFunction)
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    return classes
+
+
+class Launches:
+    """Records every Triton kernel launch (kernel name, whether from the user's file, grid, int constants)."""
+
+    def __init__(self, user_file: str):
+        self.user_file = user_file
+        self.seen: list[dict] = []
+        self.patched: list = []
+
+    def __enter__(self):
+        for cls in _kernel_classes():
+            original = cls.__dict__.get("run")
+            if original is not None:
+                cls.run = self._wrap(original)
+                self.patched.append((cls, original))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, original in self.patched:
+            cls.run = original
+
+    def _wrap(self, original):
+        seen, user_file = self.seen, self.user_file
+
+        def run(this, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                fn = getattr(this, "fn", None)
+                code = getattr(fn, "__code__", None)
+                constants = {k: v for k, v in kwargs.items()
+                             if type(v) in (int, bool) and k != "warmup" and isinstance(k, str)}
+                filename = code.co_filename if code else ""
+                seen.append({"kernel": str(getattr(fn, "__name__", "?")), "mine": filename == user_file,
+                             "file": os.path.basename(filename), "grid": _grid(kwargs.get("grid"), constants),
+                             "constants": constants})
+            return original(this, *args, **kwargs)
+
+        return run
+
+
+def _grid(grid, constants: dict):
+    try:
+        if callable(grid):
+            grid = grid(dict(constants))
+        return [int(g) for g in grid]
+    except Exception:  # a grid that cannot be evaluated here: the launch check then looks at less
+        return None
+
+
+def _as_array(t: torch.Tensor) -> np.ndarray:
+    t = t.detach()
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()  # exact: every half and bf16 value is a float32 value
+    return t.cpu().numpy()
+
+
+def call(fn, args, kwargs, spec: dict, user_file: str):
+    """Run fn on q, k, v rebuilt from `args` as `spec` says; returns a dict of plain values."""
+    dtype = getattr(torch, str(spec["dtype"]))
+    device = str(spec["device"])
+    tensors = []
+    for array, layout in zip(args, spec["tensors"]):
+        values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
+        fill = math.nan if layout.get("guard") == "nan" else float(layout.get("guard", 0.0))
+        tensors.append(guarded(values, values.shape, layout["stride"], fill))
+    poison = PoisonAllocations(user_file)
+    with Launches(user_file) as launches, poison:
+        out = fn(*tensors, **kwargs)
+    plain = type(out) is torch.Tensor  # a subclass's methods could say anything: it does not cross
+    observed = {
+        "type": type(out).__name__, "plain": plain, "overran": poison.overran(),
+        "launches": launches.seen, "watching": bool(launches.patched),
+    }
+    result = None
+    if plain:
+        observed.update(shape=list(out.shape), dtype=str(out.dtype).removeprefix("torch."), device=str(out.device))
+        storage = out.untyped_storage().data_ptr()
+        observed["shares"] = [name for name, t in zip("qkv", tensors) if t.untyped_storage().data_ptr() == storage]
+        result = _as_array(out)
+    value = {"result": result, "observed": observed}
+    if spec.get("return_inputs"):
+        value["inputs"] = [_as_array(t) for t in tensors]
+    return value
+
+
+def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str):
+    """q, k, v drawn on the device from `seed`; the grader draws the same ones to check the output."""
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    return tuple(torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
+                 for _ in range(3))
+
+
+def seeded(fn, args, kwargs, spec: dict, user_file: str):
+    """One timed call (GPU): inputs drawn here from the seed in the request, the output sent back as bits.
+
+    The grader times the whole round trip and checks every output; half-precision bits go
+    as int16 (exact, half the bytes of float32).
+    """
+    q, k, v = seeded_inputs(spec["shape"], getattr(torch, str(spec["dtype"])), spec["seed"], str(spec["device"]))
+    out = fn(q, k, v, **kwargs)
+    plain = type(out) is torch.Tensor
+    observed = {"type": type(out).__name__, "plain": plain}
+    result = None
+    if plain:
+        observed.update(shape=list(out.shape), dtype=str(out.dtype).removeprefix("torch."), device=str(out.device))
+        if out.dtype in (torch.float16, torch.bfloat16):
+            result = out.detach().contiguous().view(torch.int16).cpu().numpy()
+    return {"result": result, "observed": observed}
+
