@@ -150,6 +150,7 @@ INTERPRET_CONFIG = (16, 4, 1)
 # Tests and the benchmark may pin a config (BLOCK_N, num_warps, num_stages); None means tune.
 FORCED_CONFIG: tuple | None = None
 _TUNED: dict[tuple, tuple] = {}
+LAST: dict = {}  # the config and split count of the latest call, for the benchmark's table
 
 
 def _sm_count(device) -> int:
@@ -232,13 +233,16 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
     if FORCED_CONFIG is not None or _interpreting():
         cfg = FORCED_CONFIG or INTERPRET_CONFIG
-        run(cfg, num_splits or pick_num_splits(B, hkv, max_len, sms, cfg[0]))
+        splits = num_splits or pick_num_splits(B, hkv, max_len, sms, cfg[0])
+        LAST.update(config=cfg, num_splits=splits)
+        run(cfg, splits)
         return o
     key = (D, group_pad, q.dtype, paged, B * hkv, triton.next_power_of_2(max_len), num_splits)
     choice = _TUNED.get(key)
     if choice is None:
         choice = _tune(run, B, hkv, max_len, sms, num_splits)
         _TUNED[key] = choice
+    LAST.update(config=choice[0], num_splits=choice[1])
     run(*choice)
     return o
 

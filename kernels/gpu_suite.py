@@ -258,6 +258,15 @@ def step_ring_bench(ctx: Context) -> StepResult:
     return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
 
 
+def step_decode_bench(ctx: Context) -> StepResult:
+    """The reference decode kernel against SDPA (cuDNN, FLASH) and FlexAttention, in TB/s of K/V
+    read (kernels/decode_bench.py); the table BENCHMARKS.md records."""
+    from drill.kernels import decode_bench
+
+    res = decode_bench.run(quick=ctx.args.quick, no_flex=ctx.args.no_flex, log=ctx.log)
+    return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
+
+
 # Extension points for other engineers: ring attention (needs several GPUs) and the user's
 # Triton exercise add their steps here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
@@ -266,6 +275,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("sweep", step_sweep, False),
     ("tile_modes", step_tile_modes, False),
     ("flash_bench", step_flash_bench, True),
+    ("decode_bench", step_decode_bench, True),
     ("triton_exercise", step_triton_exercise, True),
     ("ring_bench", step_ring_bench, True),
 ]
