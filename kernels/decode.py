@@ -8,8 +8,12 @@ tiling the queries gives no parallel work; split the keys instead:
         q [GROUP_PAD, D] (GQA: each K/V byte is read once, not once per query head),
         streams its chunk of keys in blocks of BLOCK_N with the online softmax (exp2),
         and writes each head's partial output (fp32) and base-2 logsumexp.
-    merge kernel, one program per (sequence, query head):
+    merge, one program per (sequence, query head):
         o = Σ_s 2^(lse_s - lse) · o_s   with lse = log2 Σ_s 2^(lse_s)   (exercise 04's merge)
+    The merge runs either as its own kernel or, fused, in the split kernel: each program bumps
+    an arrival counter for its (sequence, KV head), and the last to arrive merges the group.
+    Fusing saves a launch, which is most of the cost at batch 1 and short contexts; the
+    tuner times both and keeps whichever is faster (and right).
 
 Shapes:
     q                 [B, Hq, D]
@@ -43,11 +47,12 @@ LN2 = 0.6931471805599453
 
 
 @triton.jit
-def _split_kernel(Q, K, V, SEQ_LENS, TABLE, PART_O, PART_L,
-                  sqb, sqh, skb, skh, sks, svb, svh, svs, stb,
+def _split_kernel(Q, K, V, SEQ_LENS, TABLE, PART_O, PART_L, O, LOCKS,
+                  sqb, sqh, skb, skh, sks, svb, svh, svs, stb, sob, soh,
                   qk_scale, num_splits, HKV,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-                  PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr):
+                  PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
+                  FUSED: tl.constexpr, SPLITS_PAD: tl.constexpr):
     split = tl.program_id(0)
     pid = tl.program_id(1)  # b * HKV + kv head
     b = pid // HKV
@@ -103,6 +108,33 @@ def _split_kernel(Q, K, V, SEQ_LENS, TABLE, PART_O, PART_L,
     row = (b * HKV * GROUP + heads) * num_splits + split
     tl.store(PART_O + row[:, None] * D + cols[None, :], o, mask=rows[:, None] < GROUP)
     tl.store(PART_L + row, lse, mask=rows < GROUP)
+    if FUSED:
+        # The last split of this (sequence, KV head) to finish merges all of them: one launch
+        # instead of two. The atomic is acq_rel, so every split's partials are visible to it.
+        done = tl.atomic_add(LOCKS + pid, 1)
+        if done == num_splits - 1:
+            tl.store(LOCKS + pid, 0)  # ready for the next call
+            _merge_group(PART_O, PART_L, O, b, kvh, num_splits, sob, soh, HKV, GROUP, D, SPLITS_PAD)
+
+
+@triton.jit
+def _merge_group(PART_O, PART_L, O, b, kvh, num_splits, sob, soh, HKV,
+                 GROUP: tl.constexpr, D: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """o for the GROUP query heads of one KV head from their num_splits partials (base-2 lse)."""
+    cols = tl.arange(0, D)
+    idx = tl.arange(0, SPLITS_PAD)
+    have = idx < num_splits
+    for r in tl.static_range(GROUP):
+        h = kvh * GROUP + r
+        base = (b * HKV * GROUP + h) * num_splits
+        # .cg: read through L2, where the other programs' partials are, never a stale L1 line
+        lse = tl.load(PART_L + base + idx, mask=have, other=float("-inf"), cache_modifier=".cg")
+        part = tl.load(PART_O + (base + idx)[:, None] * D + cols[None, :], mask=have[:, None], other=0.0,
+                       cache_modifier=".cg")
+        m = tl.max(lse, 0)  # finite: seq_len >= 1, so some split saw a key
+        w = tl.exp2(lse - m)  # empty splits weigh 0
+        o = tl.sum(w[:, None] * part, 0) / tl.sum(w, 0)
+        tl.store(O + b * sob + h * soh + cols, o.to(O.dtype.element_ty))
 
 
 @triton.jit
@@ -144,8 +176,9 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-# (BLOCK_N, num_warps, num_stages), best first on an H200 for D = 128 (see BENCHMARKS.md).
-CANDIDATES = [(64, 4, 3), (128, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4)]
+# (BLOCK_N, num_warps, num_stages): the ones the tuner chose on an H200 at D = 128 (BENCHMARKS.md).
+CANDIDATES = [(64, 4, 3), (128, 4, 3), (64, 4, 4), (32, 4, 4)]
+FUSED_MERGE = True  # interpreter and pinned runs: merge in the split kernel's last program
 INTERPRET_CONFIG = (16, 4, 1)
 # Tests and the benchmark may pin a config (BLOCK_N, num_warps, num_stages); None means tune.
 FORCED_CONFIG: tuple | None = None
@@ -153,10 +186,15 @@ _TUNED: dict[tuple, tuple] = {}
 LAST: dict = {}  # the config and split count of the latest call, for the benchmark's table
 
 
+_SMS: dict = {}
+
+
 def _sm_count(device) -> int:
     if _interpreting() or device.type != "cuda":
         return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
 
 
 def pick_num_splits(batch: int, hkv: int, max_len: int, sms: int, block_n: int = 64) -> int:
@@ -188,13 +226,31 @@ def _check(q, k_cache, v_cache, seq_lens, block_table):
     return B, Hq, hkv, D
 
 
-def _launch_split(cfg, grid_args, part_o, part_l, num_splits):
+_LOCKS: dict = {}
+MAX_FUSED_SPLITS = 64  # the fused merge holds [splits, D] fp32 partials in registers
+
+
+def _locks(device, n: int) -> torch.Tensor:
+    """Per-(sequence, KV head) arrival counters, zero between calls (the last program resets its
+    own). One buffer per device: concurrent calls on different streams must not share it."""
+    key = str(device)
+    buf = _LOCKS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _LOCKS[key] = buf
+    return buf
+
+
+def _launch_split(cfg, grid_args, part_o, part_l, o, num_splits, fused):
     (q, k, v, seq_lens, table, strides, scale, hkv, group, group_pad, D, paged, page, ieee) = grid_args
     block_n, warps, stages = cfg
     B = q.shape[0]
+    locks = _locks(q.device, B * hkv) if fused else seq_lens  # LOCKS is never touched unfused
     _split_kernel[(num_splits, B * hkv)](
-        q, k, v, seq_lens, table, part_o, part_l, *strides, scale, num_splits, hkv,
+        q, k, v, seq_lens, table, part_o, part_l, o, locks, *strides, o.stride(0), o.stride(1),
+        scale, num_splits, hkv,
         GROUP=group, GROUP_PAD=group_pad, D=D, BLOCK_N=block_n, PAGED=paged, PAGE=page, IEEE=ieee,
+        FUSED=fused, SPLITS_PAD=triton.next_power_of_2(num_splits) if fused else 1,
         num_warps=warps, num_stages=stages)
 
 
@@ -224,42 +280,54 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     sms = _sm_count(q.device)
     o = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
 
-    def run(cfg, splits):
+    def run(cfg, splits, fused=False):
+        fused = fused and splits <= MAX_FUSED_SPLITS
         part_o = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
         part_l = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
-        _launch_split(cfg, grid_args, part_o, part_l, splits)
-        _merge_kernel[(B * Hq,)](part_o, part_l, o, splits, o.stride(0), o.stride(1), Hq, D=D,
-                                 SPLIT_TILE=min(32, triton.next_power_of_2(splits)), num_warps=4)
+        _launch_split(cfg, grid_args, part_o, part_l, o, splits, fused)
+        if not fused:
+            _merge_kernel[(B * Hq,)](part_o, part_l, o, splits, o.stride(0), o.stride(1), Hq, D=D,
+                                     SPLIT_TILE=min(32, triton.next_power_of_2(splits)), num_warps=4)
 
     if FORCED_CONFIG is not None or _interpreting():
         cfg = FORCED_CONFIG or INTERPRET_CONFIG
         splits = num_splits or pick_num_splits(B, hkv, max_len, sms, cfg[0])
-        LAST.update(config=cfg, num_splits=splits)
-        run(cfg, splits)
+        LAST.update(config=cfg, num_splits=splits, fused=FUSED_MERGE)
+        run(cfg, splits, FUSED_MERGE)
         return o
     key = (D, group_pad, q.dtype, paged, B * hkv, triton.next_power_of_2(max_len), num_splits)
     choice = _TUNED.get(key)
     if choice is None:
-        choice = _tune(run, B, hkv, max_len, sms, num_splits)
+        choice = _tune(run, o, B, hkv, max_len, sms, num_splits)
         _TUNED[key] = choice
-    LAST.update(config=choice[0], num_splits=choice[1])
+    LAST.update(config=choice[0], num_splits=choice[1], fused=choice[2])
     run(*choice)
     return o
 
 
-def _tune(run, B, hkv, max_len, sms, num_splits):
-    """Time each candidate (and, when num_splits is None, split counts around the heuristic)."""
+def _tune(run, o, B, hkv, max_len, sms, num_splits):
+    """Time each candidate (and, when num_splits is None, split counts around the heuristic),
+    fused merge or not; a candidate whose output differs from the plain two-kernel path is
+    dropped, so a fast wrong variant can never be chosen."""
+    run(CANDIDATES[0], num_splits or pick_num_splits(B, hkv, max_len, sms, CANDIDATES[0][0]), False)
+    want = o.float().clone()
+    tol = 1e-2 * max(1.0, float(want.abs().max()))
     best, best_ms = None, float("inf")
     for cfg in CANDIDATES:
         base = pick_num_splits(B, hkv, max_len, sms, cfg[0])
         counts = [num_splits] if num_splits else sorted({base, max(1, base // 2), min(2 * base, 256)})
         for splits in counts:
-            try:
-                ms = triton.testing.do_bench(lambda: run(cfg, splits), warmup=5, rep=20)
-            except Exception:  # a config that does not compile or fit
-                continue
-            if ms < best_ms:
-                best, best_ms = (cfg, splits), ms
+            for fused in (True, False):
+                try:
+                    o.fill_(float("nan"))
+                    run(cfg, splits, fused)
+                    if not torch.allclose(o.float(), want, atol=tol, rtol=0):
+                        continue
+                    ms = triton.testing.do_bench(lambda: run(cfg, splits, fused), warmup=5, rep=20)
+                except Exception:  # a config that does not compile or fit
+                    continue
+                if ms < best_ms:
+                    best, best_ms = (cfg, splits, fused and splits <= MAX_FUSED_SPLITS), ms
     if best is None:
         raise RuntimeError("flash_decode: no config compiled")
     return best
@@ -267,4 +335,4 @@ def _tune(run, B, hkv, max_len, sms, num_splits):
 
 def tuned_configs() -> dict:
     """The (BLOCK_N, num_warps, num_stages) and split count chosen so far, per shape key."""
-    return {" ".join(map(str, k)): {"config": v[0], "num_splits": v[1]} for k, v in _TUNED.items()}
+    return {" ".join(map(str, k)): {"config": v[0], "num_splits": v[1], "fused": v[2]} for k, v in _TUNED.items()}

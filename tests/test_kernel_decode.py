@@ -109,6 +109,18 @@ def test_paged_interpreter(page):
         torch.testing.assert_close(o.double(), reference(q, k, v, sl, table), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-merge", "merge-kernel"])
+def test_both_merge_paths_interpreter(fused, monkeypatch):
+    monkeypatch.setattr(decode_mod, "FUSED_MERGE", fused)
+    q, k, v, sl = contiguous_cache(3, 8, 2, 70, 16, [70, 1, 33])
+    for splits in (1, 4, 9):
+        o = flash_decode(q, k, v, sl, num_splits=splits)
+        torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-5, rtol=1e-5)
+    o = flash_decode(q, k, v, sl, num_splits=4)  # the counters were reset by the last call
+    torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-5, rtol=1e-5)
+
+
 def test_split_count_fills_the_gpu():
     pick = decode_mod.pick_num_splits
     assert pick(1, 8, 8192, 132) >= 32  # one sequence: split the keys across the SMs
