@@ -245,6 +245,20 @@ def _wall_ms(fn, q_fresh, verify) -> float:
     return statistics.median(times)
 
 
+def _copy_gbs() -> float:
+    """GB/s read by a device-to-device copy of 1 GiB (it writes as much): the bandwidth ceiling here."""
+    src = torch.empty(2**29, dtype=torch.int16, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    return src.numel() * 2 * 10 / (start.elapsed_time(end) * 1e-3) / 1e9
+
+
 def test_speed(sub, mode):
     """Speed: GB/s of K and V read, against the reference decode kernel"""
     if mode != "gpu":
@@ -252,9 +266,11 @@ def test_speed(sub, mode):
         pytest.skip("speed not measured: no CUDA GPU here; the Triton interpreter checks correctness only")
     from drill.kernels import flash_decode as reference_kernel
 
+    copy = _copy_gbs()
     note("speed, bf16, D = 128, GB/s of K+V read; wall clock around each call (fresh q each time, "
-         "outputs checked), median of 15; reference = drill.kernels.flash_decode")
-    note("B Hq/Hkv context | yours | reference | yours/reference")
+         "outputs checked), median of 15; reference = drill.kernels.flash_decode; "
+         f"a device copy here reads {copy:.0f} GB/s (and writes as much)")
+    note("B Hq/Hkv context | yours | reference | yours/reference | yours/copy read rate")
     slow = []
     for B, Hq, Hkv, S in SPEED_CASES:
         _, k, v, sl = make_cache(B, Hq, Hkv, [S] * B, 128, seed=7, dtype=torch.bfloat16)
@@ -276,7 +292,8 @@ def test_speed(sub, mode):
         yours = _wall_ms(lambda q: sub.flash_decode(q, k, v, sl), fresh, verify)
         ref = _wall_ms(lambda q: reference_kernel(q, k, v, sl), fresh, lambda q, o: None)
         gb = 2 * B * Hkv * S * 128 * 2 / 1e9
-        note(f"{B} {Hq}/{Hkv} {S} | {gb / yours * 1e3:.0f} | {gb / ref * 1e3:.0f} | {ref / yours:.2f}")
+        note(f"{B} {Hq}/{Hkv} {S} | {gb / yours * 1e3:.0f} | {gb / ref * 1e3:.0f} | {ref / yours:.2f} | "
+             f"{gb / yours * 1e3 / copy:.2f}")
         if yours * MIN_SPEED_RATIO > ref:
             slow.append(f"B={B} Hq/Hkv={Hq}/{Hkv} context {S}: yours {gb / yours * 1e3:.0f} GB/s, "
                         f"reference {gb / ref * 1e3:.0f} GB/s")
