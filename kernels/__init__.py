@@ -1,10 +1,11 @@
-"""Reference kernels: FlashAttention in Triton, and ring attention over torch.distributed.
+"""Reference kernels: FlashAttention and split-KV decoding in Triton, and ring attention over torch.distributed.
 
 Importing this package imports torch and triton; drill's CLI imports it only inside the
 commands that need it.
 """
 
+from .decode import flash_decode
 from .flash import flash_attention
 from .ring import ring_attention  # torch only at import; Triton only when a GPU block runs
 
-__all__ = ["flash_attention", "ring_attention"]
+__all__ = ["flash_attention", "flash_decode", "ring_attention"]

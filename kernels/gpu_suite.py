@@ -245,9 +245,19 @@ def step_flash_features(ctx: Context) -> StepResult:
 def step_triton_exercise(ctx: Context) -> StepResult:
     """The Triton exercise's solution graded on this GPU by the real grader (`drill check --json`):
     fp16/bf16 accuracy and the TFLOP/s table (yours, reference kernel, SDPA) from the check notes."""
+    return _grade_solution(ctx, "07_triton_forward.py", "triton_exercise.json")
+
+
+def step_triton_decode(ctx: Context) -> StepResult:
+    """The Triton decode exercise's solution graded on this GPU: fp16/bf16 accuracy and the GB/s
+    table (yours against drill.kernels.flash_decode) from the check notes."""
+    return _grade_solution(ctx, "10_triton_decode.py", "triton_decode.json")
+
+
+def _grade_solution(ctx: Context, file: str, json_name: str) -> StepResult:
     import tempfile
 
-    solution = ROOT / "solutions" / "flashattention" / "07_triton_forward.py"
+    solution = ROOT / "solutions" / "flashattention" / file
     # 900 s: a bare machine compiles a few dozen kernels the first time (the catalog's 120 s is for warm caches)
     cmd = [sys.executable, "-m", "drill", "check", str(solution), "--json", "--timeout", "900"]
     ctx.log("triton_exercise: " + " ".join(cmd[1:]))
@@ -259,9 +269,9 @@ def step_triton_exercise(ctx: Context) -> StepResult:
     except json.JSONDecodeError:
         tail = (proc.stdout + proc.stderr)[-3000:]
         return StepResult("fail", f"drill check exited {proc.returncode} without JSON", f"```\n{tail}\n```")
-    (ctx.out / "triton_exercise.json").write_text(json.dumps(doc, indent=1))
+    (ctx.out / json_name).write_text(json.dumps(doc, indent=1))
     checks = doc.get("checks", [])
-    lines = [f"`drill check solutions/flashattention/07_triton_forward.py`: **{doc.get('status')}**, "
+    lines = [f"`drill check solutions/flashattention/{file}`: **{doc.get('status')}**, "
              f"{doc.get('message', '')} in {doc.get('seconds', 0):.0f} s", "",
              "| check | status | s | message |", "|---|---|---|---|"]
     for c in checks:
@@ -299,6 +309,15 @@ def step_ring_bench(ctx: Context) -> StepResult:
     return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
 
 
+def step_decode_bench(ctx: Context) -> StepResult:
+    """The reference decode kernel against SDPA (cuDNN, FLASH) and FlexAttention, in TB/s of K/V
+    read (kernels/decode_bench.py); the table BENCHMARKS.md records."""
+    from drill.kernels import decode_bench
+
+    res = decode_bench.run(quick=ctx.args.quick, no_flex=ctx.args.no_flex, log=ctx.log)
+    return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
+
+
 # Extension points for other engineers: ring attention (needs several GPUs) and the user's
 # Triton exercise add their steps here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
@@ -308,7 +327,9 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("tile_modes", step_tile_modes, False),
     ("flash_features", step_flash_features, True),
     ("flash_bench", step_flash_bench, True),
+    ("decode_bench", step_decode_bench, True),
     ("triton_exercise", step_triton_exercise, True),
+    ("triton_decode", step_triton_decode, True),
     ("ring_bench", step_ring_bench, True),
 ]
 

@@ -302,12 +302,40 @@ def test_ring_rejects_bad_world(world):
     one_line_failure(run("ring", "--world", world), "--world")
 
 
+# -- decode: splits and pages --------------------------------------------------------
+
+
+def test_splits_follow_the_flash_decoding_contract():
+    result = run("splits", "--keys", "10", "--splits", "4")
+    assert result.exit_code == 0, result.output
+    assert "0001112223" in result.output  # ceil(10/4) = 3 keys a split, the last one shorter
+    assert "9..9" in result.output
+    empty = run("splits", "--keys", "3", "--splits", "5")
+    assert empty.output.count("empty: O = 0, L = -inf") == 2
+
+
+def test_pages_block_tables_and_shared_prefix():
+    result = run("pages", "--seq-lens", "40,35,57", "--page", "8", "--shared", "3")
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.strip()[:1].isdigit() and "│" in line]
+    tables = [[int(w) for w in line.split("│")[2].split()] for line in rows]
+    assert all(t[:3] == [0, 1, 2] for t in tables)  # the shared prefix pages
+    assert [sum(1 for e in t if e >= 0) for t in tables] == [5, 5, 8]  # ceil(seq_len / 8) pages each
+    assert "Pool: [S][S][S]" in result.output
+
+
+@pytest.mark.parametrize("args", [["splits", "--splits", "0"], ["pages", "--seq-lens", "5,x"],
+                                  ["pages", "--seq-lens", "10", "--shared", "2", "--page", "8"]])
+def test_decode_pictures_reject_bad_input(args):
+    one_line_failure(run(*args), "--")
+
+
 # -- start-up cost ----------------------------------------------------------------
 
 
 def test_show_and_watch_import_no_heavy_module():
     code = ("import sys, drill.cli, drill.commands.show, drill.commands.watch, drill.visual.tiling, "
-            "drill.visual.io, drill.visual.ring, drill.visual.online_softmax; "
+            "drill.visual.io, drill.visual.ring, drill.visual.online_softmax, drill.visual.decode; "
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

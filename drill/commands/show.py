@@ -34,6 +34,8 @@ def command(ctx: click.Context) -> None:
       drill show online-softmax 1 3 2 5     # running max, sum and rescale per block
       drill show io --s 16384 --br 128 --bc 64   # HBM traffic, K/V re-reads, roofline
       drill show ring --world 4 --zigzag    # ring attention's K/V shards per step
+      drill show splits --keys 1000 --splits 6          # split-KV decoding: which split holds each key
+      drill show pages --seq-lens 37,12,50 --shared 1   # a paged KV cache: block tables and the pool
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
@@ -211,3 +213,34 @@ def ring(world: int, causal: bool, zigzag: bool) -> None:
     if reason:
         _cannot(reason)
     console.print(rv.summary(world, causal, zigzag))
+
+
+@command.command(name="splits")
+@click.option("--keys", "sk", type=int, default=100, show_default=True, help="Cached keys (sk).")
+@click.option("--splits", "num_splits", type=int, default=6, show_default=True, help="Number of splits.")
+def splits(sk: int, num_splits: int) -> None:
+    """Split-KV decoding (FlashDecoding): which split each cached key falls in."""
+    from drill.visual import decode as dv
+
+    reason = dv.validate_splits(sk, num_splits)
+    if reason:
+        _cannot(reason)
+    console.print(dv.splits_summary(sk, num_splits))
+
+
+@command.command(name="pages")
+@click.option("--seq-lens", default="37,12,50", show_default=True, help="Comma-separated sequence lengths.")
+@click.option("--page", type=int, default=16, show_default=True, help="Tokens per page.")
+@click.option("--shared", type=int, default=0, show_default=True, help="Prefix pages shared by every sequence.")
+def pages(seq_lens: str, page: int, shared: int) -> None:
+    """PagedAttention: each sequence's block table and the pages it names in the shared pool."""
+    from drill.visual import decode as dv
+
+    try:
+        lens = [int(x) for x in seq_lens.split(",") if x.strip()]
+    except ValueError:
+        _cannot(f"--seq-lens must be comma-separated integers (got {seq_lens!r})")
+    reason = dv.validate_pages(lens, page, shared)
+    if reason:
+        _cannot(reason)
+    console.print(dv.pages_summary(lens, page, shared))

@@ -1,0 +1,240 @@
+"""Hidden checks for 08_flash_decoding.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from drill.grader.expect import Call, close, matches
+
+from ._attention_reference import attention, pair, quiet_call
+from ._decode_reference import chunk_bounds, merge, partials
+
+O_ATOL, O_RTOL = 1e-10, 1e-9
+L_ATOL, L_RTOL = 1e-10, 1e-12
+
+WARNING_HINTS = {
+    "overflow": "exp overflowed: shift each chunk's scores by that chunk's own max before exponentiating",
+    "invalid": ("NaN was computed (0/0 or -inf - (-inf)): either a chunk with no visible key was not guarded "
+                "(shift such rows by 0 and give them O = 0, L = -inf), or a chunk was shifted by a max other "
+                "than its own and its sum underflowed to 0 (shift each chunk by its own max)"),
+    "divide": ("log(0) or a division by 0: a chunk with no visible key has sum 0; "
+               "give it O = 0 and L = -inf directly"),
+}
+
+
+def _inputs(rng, sq, sk, d, spread=1.0):
+    return rng.normal(scale=spread, size=(sq, d)), rng.normal(size=(sk, d)), rng.normal(size=(sk, d))
+
+
+def _describe(q, K, num_splits, kw) -> str:
+    args = [f"q[{q.shape[0]}x{q.shape[1]}]", f"K[{K.shape[0]}x{K.shape[1]}]", f"V[{K.shape[0]}x{K.shape[1]}]",
+            f"num_splits={num_splits}"]
+    return ", ".join(args + [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in kw.items()])
+
+
+def _chunks_text(sk, num_splits) -> str:
+    return ", ".join(f"[{a}:{b}]" if a < b else "empty" for a, b in chunk_bounds(sk, num_splits))
+
+
+# --- calling the user's functions ---------------------------------------------------------
+
+
+def call_partials(sub, q, K, V, num_splits, **kw):
+    call = Call("split_kv_partials", _describe(q, K, num_splits, kw))
+    result = quiet_call(sub.split_kv_partials, call, q.copy(), K.copy(), V.copy(), num_splits,
+                        _hints=WARNING_HINTS, **kw)
+    sq, d = q.shape[0], V.shape[1]
+    return (call, *pair(result, call, "O_parts, L_parts", ((num_splits, sq, d), (num_splits, sq))))
+
+
+def call_decode(sub, q, K, V, num_splits, **kw):
+    call = Call("flash_decode", _describe(q, K, num_splits, kw))
+    result = quiet_call(sub.flash_decode, call, q.copy(), K.copy(), V.copy(), num_splits,
+                        _hints=WARNING_HINTS, **kw)
+    return (call, *pair(result, call, "o, lse", ((q.shape[0], V.shape[1]), (q.shape[0],))))
+
+
+# --- naming the mistake --------------------------------------------------------------------
+
+
+def diagnose_partials(q, K, V, num_splits, kw, O, L) -> str:
+    causal, scale = kw.get("causal", False), kw.get("scale")
+    d = q.shape[1]
+    sk = K.shape[0]
+    variants = [
+        (dict(normalise="global"),
+         "every chunk was normalised by the global max and sum (a slice of the full softmax); each chunk "
+         "must use its own max and sum, as a GPU block that sees only its own keys would"),
+        (dict(rule="floor"),
+         f"the chunks are sk // num_splits long with the rest in the last one; the contract cuts "
+         f"ceil(sk / num_splits) keys per chunk: {_chunks_text(sk, num_splits)}"),
+        (dict(rule="floor-drop"),
+         "the chunks are sk // num_splits long and the keys after the last full chunk were never read; "
+         "use ceil(sk / num_splits) keys per chunk, the last one shorter"),
+        (dict(scale=1.0), "the scores were not scaled: S = q Kᵀ · scale, with scale = 1/√d when scale is None"),
+    ]
+    if scale is None:
+        variants.append((dict(scale=1.0 / d), "the default scale is 1/√d, not 1/d"))
+    else:
+        variants.append((dict(scale=None), "the scale argument was ignored: use it when it is given"))
+    if causal:
+        variants += [
+            (dict(align="top-left"),
+             "the causal mask is aligned top-left (key j <= i); the queries' own keys are the LAST sq keys: "
+             "row i sees keys j <= i + (sk - sq)"),
+            (dict(causal=False), "causal=True was ignored: no mask was applied"),
+        ]
+    for change, hint in variants:
+        args = {"causal": causal, "scale": scale, **change}
+        O_c, L_c = partials(q, K, V, num_splits, args.pop("causal"), args.pop("scale"), **args)
+        if matches(O, O_c, atol=1e-8) and (matches(L, L_c, atol=1e-8) or "global" not in hint):
+            return hint
+    O_ref, L_ref = partials(q, K, V, num_splits, causal, scale)
+    with np.errstate(all="ignore"):
+        if matches(L, L_ref / math.log(2.0), atol=1e-8):
+            return "L is in base 2: use the natural log, L = m + np.log(l)"
+        if matches(L, np.log(np.exp(L_ref - L_ref.max(axis=0))), atol=1e-8) or matches(
+                L, np.broadcast_to(L_ref.max(axis=0), L.shape), atol=1e-8):
+            return "L was shifted by the max over all chunks: each chunk's L is its own m_c + log(l_c)"
+    bad = [c for c in range(num_splits)
+           if not (matches(O[c], O_ref[c], atol=1e-8) and matches(L[c], L_ref[c], atol=1e-8))]
+    if bad:
+        a, b = chunk_bounds(sk, num_splits)[bad[0]]
+        keys = f"keys {a}..{b - 1}" if a < b else "no keys (an empty chunk: O = 0, L = -inf)"
+        return f"the first wrong chunk is c = {bad[0]}, which holds {keys}"
+    return ""
+
+
+def check_partials(sub, q, K, V, num_splits, *, atol=O_ATOL, **kw):
+    call, O, L = call_partials(sub, q, K, V, num_splits, **kw)
+    O_ref, L_ref = partials(q, K, V, num_splits, kw.get("causal", False), kw.get("scale"))
+    hint = diagnose_partials(q, K, V, num_splits, kw, O, L)
+    close(O, O_ref, call, atol=atol, rtol=O_RTOL, what="O_parts (each chunk's own attention)", hint=hint)
+    close(L, L_ref, call, atol=atol, rtol=L_RTOL, what="L_parts (each chunk's own logsumexp)", hint=hint)
+    return O, L
+
+
+def diagnose_decode(sub, q, K, V, num_splits, kw, o, lse) -> str:
+    """Name a merge mistake, or blame split_kv_partials when the merge of its output is right."""
+    try:
+        O_p, L_p = sub.split_kv_partials(q.copy(), K.copy(), V.copy(), num_splits, **kw)
+        O_p, L_p = np.asarray(O_p, dtype=np.float64), np.asarray(L_p, dtype=np.float64)
+    except Exception:  # noqa: BLE001 - split_kv_partials has its own checks
+        return ""
+    if O_p.shape != (num_splits, q.shape[0], V.shape[1]) or L_p.shape != (num_splits, q.shape[0]):
+        return ""
+    for how, hint in [
+        ("mean", "the partial outputs were averaged: weight chunk c by its share of the mass, e^(L_c - lse)"),
+        ("sum", "the partial outputs were added: weight chunk c by e^(L_c - lse), weights summing to 1"),
+        ("unnormalised", "the weights e^(L_c - max L) were not divided by their sum"),
+        ("max-lse", "lse is the largest chunk L: the merged lse is log Σ_c e^(L_c)"),
+        ("stale", "the merge folds the chunks pair by pair but keeps the first chunk's L as the running total: "
+                  "after each step carry the merged L forward (or merge all chunks at once)"),
+    ]:
+        O_m, L_m = merge(O_p, L_p, how)
+        if matches(o, O_m, atol=1e-8) and matches(lse, L_m, atol=1e-8):
+            return hint
+    O_m, L_m = merge(O_p, L_p)
+    if matches(o, O_m, atol=1e-8) and matches(lse, L_m, atol=1e-8):
+        return "your merge of your own partials is right, so the mistake is in split_kv_partials (see its checks)"
+    return ""
+
+
+def check_decode(sub, q, K, V, num_splits, *, atol=O_ATOL, **kw):
+    call, o, lse = call_decode(sub, q, K, V, num_splits, **kw)
+    o_ref, lse_ref = attention(q, K, V, kw.get("causal", False), kw.get("scale"))
+    ok = matches(o, o_ref, atol=atol * 10) and matches(lse, lse_ref, atol=atol * 10)
+    hint = "" if ok else diagnose_decode(sub, q, K, V, num_splits, kw, o, lse)
+    close(o, o_ref, call, atol=atol, rtol=O_RTOL, what="o (attention over the whole cache)", hint=hint)
+    close(lse, lse_ref, call, atol=atol, rtol=L_RTOL, what="lse", hint=hint)
+    return o, lse
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def test_partials_own_softmax(sub, rng):
+    """Each chunk's partial is the softmax over its own keys alone, not a slice of the global one"""
+    for sq, sk, d, n in [(1, 12, 4, 3), (3, 40, 8, 4), (2, 64, 8, 8)]:
+        q, K, V = _inputs(rng, sq, sk, d, spread=2.0)
+        check_partials(sub, q, K, V, n)
+
+
+def test_uneven_last_chunk(sub, rng):
+    """sk not a multiple of num_splits: chunks of ceil(sk / num_splits) keys, the last one shorter"""
+    for sq, sk, d, n in [(1, 10, 4, 4), (2, 37, 8, 5), (1, 100, 4, 7)]:
+        q, K, V = _inputs(rng, sq, sk, d)
+        check_partials(sub, q, K, V, n)
+        check_decode(sub, q, K, V, n)
+
+
+def test_more_splits_than_keys(sub, rng):
+    """More splits than keys: empty chunks give O = 0 and L = -inf, with no NaN and no warning"""
+    for sq, sk, d, n in [(1, 3, 4, 5), (2, 6, 4, 5), (1, 1, 2, 4)]:
+        q, K, V = _inputs(rng, sq, sk, d)
+        check_partials(sub, q, K, V, n)
+        check_decode(sub, q, K, V, n)
+
+
+def test_one_query_row(sub, rng):
+    """One query row (a decode step) over a long cache equals full attention"""
+    for sk, d, n in [(257, 16, 8), (1000, 8, 16), (50, 4, 1)]:
+        q, K, V = _inputs(rng, 1, sk, d, spread=1.5)
+        check_decode(sub, q, K, V, n)
+
+
+def test_several_query_rows(sub, rng):
+    """Several query rows (speculative or batched tokens) equal full attention"""
+    for sq, sk, d, n in [(4, 90, 8, 6), (7, 33, 4, 3)]:
+        q, K, V = _inputs(rng, sq, sk, d, spread=1.5)
+        check_decode(sub, q, K, V, n)
+
+
+def test_causal_own_keys_at_end(sub, rng):
+    """Causal: the queries' own keys are the last sq keys of the cache (bottom-right)"""
+    for sq, sk, d, n in [(4, 20, 8, 3), (6, 12, 4, 4), (3, 9, 4, 9)]:
+        q, K, V = _inputs(rng, sq, sk, d)
+        check_partials(sub, q, K, V, n, causal=True)
+        check_decode(sub, q, K, V, n, causal=True)
+
+
+def test_extreme_logits(sub, rng):
+    """Scores of magnitude up to 1e4 neither overflow nor underflow a whole chunk"""
+    sq, sk, d, n = 3, 48, 8, 4
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    q = u * 3e3 + rng.normal(size=(sq, d))
+    # Chunk c sits about 1000·c below chunk 0 in score: shifting every chunk by the global
+    # max underflows whole chunks to 0, though each has a well-defined softmax of its own.
+    K = 0.05 * rng.normal(size=(sk, d)) - np.repeat(np.arange(n), sk // n)[:, None] * u
+    V = rng.normal(size=(sk, d))
+    check_partials(sub, q, K, V, n, atol=1e-8)
+    check_decode(sub, q, K, V, n, atol=1e-8)
+    check_decode(sub, -q, K, V, n, atol=1e-8)  # now the last chunk dominates, scores near +3e3
+
+
+def test_merge_order(sub, rng):
+    """Swapping whole chunks of the cache leaves the merged result unchanged"""
+    sq, sk, d, n = 2, 48, 8, 6
+    q, K, V = _inputs(rng, sq, sk, d, spread=2.0)
+    _, o, lse = call_decode(sub, q, K, V, n)
+    size = sk // n
+    for _ in range(3):
+        order = rng.permutation(n)
+        rows = np.concatenate([np.arange(c * size, (c + 1) * size) for c in order])
+        call, o2, lse2 = call_decode(sub, q, K[rows], V[rows], n)
+        hint = (f"the chunks merged in the order {order.tolist()} give another answer, but the merge is "
+                "commutative: weight every chunk by e^(L_c - lse) with lse = log Σ e^(L_c), and never carry "
+                "one chunk's L forward as the total")
+        close(o2, o, f"{call} with whole chunks swapped", atol=1e-12, rtol=1e-10, what="o", hint=hint)
+        close(lse2, lse, f"{call} with whole chunks swapped", atol=1e-12, rtol=1e-12, what="lse", hint=hint)
+
+
+def test_explicit_scale(sub, rng):
+    """An explicit scale replaces 1/√d"""
+    q, K, V = _inputs(rng, 2, 30, 8)
+    for scale in (0.37, 2.0):
+        check_partials(sub, q, K, V, 4, scale=scale)
+        check_decode(sub, q, K, V, 4, scale=scale)

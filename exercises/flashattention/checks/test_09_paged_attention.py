@@ -1,0 +1,183 @@
+"""Hidden checks for 09_paged_attention.py."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from drill.grader.expect import Call, array, close, matches
+
+from ._attention_reference import quiet_call
+from ._paged_reference import build_pool, gathered, probe, reference
+
+ATOL, RTOL = 1e-10, 1e-9
+
+WARNING_HINTS = {
+    "overflow": "exp overflowed: subtract each row's max score before exponentiating",
+    "invalid": ("NaN was computed: a slot past seq_len or a page outside the block table was read "
+                "(they may hold NaN), or exp(-inf - (-inf)) appeared"),
+}
+
+
+def _queries(rng, B, Hq, d, spread=1.0):
+    return rng.normal(scale=spread, size=(B, Hq, d))
+
+
+def call_paged(sub, q, pool, scale=None):
+    kw = {} if scale is None else {"scale": scale}
+    args = f"q[{q.shape[0]}x{q.shape[1]}x{q.shape[2]}], {pool.describe()}"
+    call = Call("paged_decode", args + (f", scale={scale:.6g}" if scale is not None else ""))
+    result = quiet_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
+                        pool.block_table.copy(), pool.seq_lens.copy(), _hints=WARNING_HINTS, **kw)
+    return call, array(result, call, shape=(q.shape[0], q.shape[1], pool.v_pages.shape[3]), what="o")
+
+
+# --- naming the mistake --------------------------------------------------------------------
+
+
+def _nan_hint(o, pool) -> str:
+    rows = sorted({int(b) for b in np.argwhere(np.isnan(o))[:, 0]})
+    partial = [b for b in rows if pool.seq_lens[b] % pool.page_size]
+    if partial:
+        b = partial[0]
+        return (f"o has NaN for sequence {b} (seq_len {int(pool.seq_lens[b])}, page_size {pool.page_size}): "
+                f"the slots past seq_len in its last page were read; keep only the first seq_lens[b] keys")
+    return (f"o has NaN for sequence {rows[0]}: a page outside its block table was read (an entry of -1 "
+            "indexes k_pages[-1], the pool's last page); use only the first ceil(seq_len / page_size) entries")
+
+
+def diagnose(sub, q, pool, scale, o, rng) -> str:
+    Hq, Hkv = q.shape[1], pool.k_pages.shape[2]
+    group = Hq // Hkv
+    if matches(o, reference(q, pool, scale, head_map="mod"), atol=1e-8):
+        return (f"query head h read KV head h % Hkv; with groups of {group} consecutive query heads it is "
+                f"h // (Hq // Hkv): heads 0..{group - 1} share KV head 0")
+    d = q.shape[2]
+    for wrong, hint in ([(1.0, "the scores were not scaled (scale = 1/√d when scale is None)"),
+                         (1.0 / d, "the default scale is 1/√d, not 1/d")] if scale is None else
+                        [(None, "the scale argument was ignored: use it when it is given")]):
+        if matches(o, reference(q, pool, wrong), atol=1e-8):
+            return hint
+    # Run again on a pool whose poison is finite, so a wrong read shows as a value, not NaN.
+    probed = probe(pool, rng)
+    try:
+        o_p = np.asarray(sub.paged_decode(q.copy(), probed.k_pages.copy(), probed.v_pages.copy(),
+                                          pool.block_table.copy(), pool.seq_lens.copy(),
+                                          **({} if scale is None else {"scale": scale})), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - the failing call already reported the error
+        o_p = None
+    rules = [
+        ("identity", "logical page p was read as physical page p: the block table maps it, "
+                     "key t of sequence b is in page block_table[b, t // page_size], slot t % page_size"),
+        ("floor", "the partial last page was dropped: a sequence holds ceil(seq_len / page_size) pages"),
+        ("whole-pages", "every slot of the last page was read: slots past seq_len hold garbage; cut the "
+                        "gathered keys to seq_lens[b] rows"),
+        ("whole-table", "every entry of the block-table row was read, -1 included (k_pages[-1] is the pool's "
+                        "last page): use only the first ceil(seq_len / page_size) entries"),
+    ]
+    if o_p is not None and o_p.shape == o.shape:
+        if np.isnan(o).any() and matches(o_p, reference(q, probed, scale), atol=1e-8):
+            return ("with finite garbage past seq_len your result is right, but NaN there leaks through: "
+                    "masking those scores to -inf is not enough, since 0 · NaN = NaN in p @ V; "
+                    "cut the gathered keys and values to seq_lens[b] rows")
+        for rule, hint in rules:
+            got = gathered(probed, rule)
+            if got is not None and matches(o_p, reference(q, probed, scale, keys=got[0], values=got[1]),
+                                           atol=1e-8):
+                return hint
+    if np.isnan(o).any():
+        return _nan_hint(o, pool)
+    want = reference(q, pool, scale)
+    bad = np.argwhere(~np.isclose(o, want, atol=1e-8))
+    if bad.size:
+        b, h = int(bad[0][0]), int(bad[0][1])
+        return (f"the first wrong output is sequence {b} (seq_len {int(pool.seq_lens[b])}), query head {h} "
+                f"(KV head {h // group})")
+    return ""
+
+
+def check_paged(sub, rng, q, pool, scale=None, atol=ATOL):
+    call, o = call_paged(sub, q, pool, scale)
+    want = reference(q, pool, scale)
+    if not matches(o, want, atol=atol * 10) or np.isnan(o).any():
+        hint = diagnose(sub, q, pool, scale, o, rng)
+        close(o, want, call, atol=atol, rtol=RTOL, what="o", hint=hint, nan_hint=hint)
+    close(o, want, call, atol=atol, rtol=RTOL, what="o")
+    return o
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def test_one_sequence(sub, rng):
+    """One sequence with its pages in order matches attention over its cached keys"""
+    pool = build_pool(rng, [37], 8, 2, 8, spare=0, shuffle=False, poison=0.0)
+    check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
+
+
+def test_page_boundaries(sub, rng):
+    """seq_len just below, at and just past a page boundary"""
+    for n in (15, 16, 17, 1, 32, 33):
+        pool = build_pool(rng, [n], 16, 2, 8)
+        check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
+
+
+def test_partial_last_page_poisoned(sub, rng):
+    """NaN in the unused slots of each sequence's last page never reaches the result"""
+    pool = build_pool(rng, [5, 21, 30, 9], 8, 2, 8, spare=0)
+    check_paged(sub, rng, _queries(rng, 4, 4, 8), pool)
+
+
+def test_unreferenced_pages_poisoned(sub, rng):
+    """Pages no sequence references hold NaN and are never read"""
+    pool = build_pool(rng, [16, 24, 8], 8, 1, 8, spare=6)
+    check_paged(sub, rng, _queries(rng, 3, 2, 8), pool)
+
+
+def test_pages_out_of_order(sub, rng):
+    """The block table maps logical pages to physical pages in any order"""
+    pool = build_pool(rng, [40, 23], 4, 2, 8, spare=2)
+    order = pool.block_table[:, :3]
+    assert not (order[:, 1:] > order[:, :-1]).all()  # the shuffle really scrambled the pool
+    check_paged(sub, rng, _queries(rng, 2, 4, 8), pool)
+
+
+def test_very_different_lengths(sub, rng):
+    """Sequences of very different lengths (1 to 300 keys) in one batch"""
+    pool = build_pool(rng, [1, 300, 17, 2, 64], 16, 2, 8)
+    check_paged(sub, rng, _queries(rng, 5, 4, 8), pool)
+
+
+def test_shared_prefix(sub, rng):
+    """Several sequences share the physical pages of a common prompt prefix"""
+    pool = build_pool(rng, [40, 35, 57], 8, 2, 8, shared_prefix_pages=3)
+    assert (pool.block_table[:, :3] == pool.block_table[0, :3]).all()
+    check_paged(sub, rng, _queries(rng, 3, 4, 8), pool)
+
+
+def test_gqa_groups(sub, rng):
+    """GQA: query head h reads KV head h // (Hq // Hkv), for groups of 2, 4 and 8"""
+    for Hq, Hkv in [(4, 2), (8, 2), (16, 2), (12, 3)]:
+        pool = build_pool(rng, [19, 26], 8, Hkv, 8)
+        check_paged(sub, rng, _queries(rng, 2, Hq, 8, spread=2.0), pool)
+
+
+def test_mqa(sub, rng):
+    """MQA: every query head reads the single KV head (Hkv = 1)"""
+    for Hq in (1, 6):
+        pool = build_pool(rng, [13, 30], 8, 1, 8)
+        check_paged(sub, rng, _queries(rng, 2, Hq, 8, spread=2.0), pool)
+
+
+def test_explicit_scale(sub, rng):
+    """An explicit scale replaces 1/√d"""
+    pool = build_pool(rng, [20, 11], 8, 2, 8)
+    for scale in (0.37, 2.0):
+        check_paged(sub, rng, _queries(rng, 2, 4, 8), pool, scale=scale)
+
+
+def test_large_scores(sub, rng):
+    """Scores of magnitude up to 1e3 neither overflow nor lose accuracy"""
+    pool = build_pool(rng, [25, 40], 8, 2, 8)
+    q = _queries(rng, 2, 4, 8)
+    q = q / np.linalg.norm(q, axis=2, keepdims=True) * 1e3
+    check_paged(sub, rng, q, pool, atol=1e-8)

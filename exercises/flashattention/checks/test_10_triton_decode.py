@@ -1,0 +1,305 @@
+"""Hidden checks for 10_triton_decode.py.
+
+Under the Triton interpreter (no GPU; drill's runner sets TRITON_INTERPRET=1): small fp32
+shapes on the CPU, correctness only; the fp16/bf16 and speed checks skip, saying so.
+On a GPU: the same correctness checks in fp16, then fp16 and bf16 against fp32 attention on
+the upcast inputs, then GB/s of K and V read, timed here (wall clock around each call, a
+fresh q every call, every output checked) against drill's reference decode kernel.
+
+The user's function is only ever called with tensors and ints, and its result is used as a
+value; cache rows past seq_len hold NaN, so reading them shows in the output.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from drill.grader.expect import close, fail, matches, note
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+GPU = not INTERPRET and torch.cuda.is_available()
+DEVICE = "cuda" if GPU else "cpu"
+DTYPE = torch.float16 if GPU else torch.float32
+ATOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def pick(interpreter, gpu):
+    return gpu if GPU else interpreter
+
+
+@pytest.fixture
+def mode():
+    if not (INTERPRET or GPU):
+        fail("no CUDA GPU here and the Triton interpreter is off, so the kernels cannot run: run with "
+             "TRITON_INTERPRET=1 in the environment")
+    return "gpu" if GPU else "interpreter"
+
+
+# --------------------------------------------------------------------------- inputs and reference
+
+
+def make_cache(B, Hq, Hkv, lens, D, *, seed, dtype=DTYPE, q_scale=1.0, poison=float("nan"), S_max=None):
+    """q [B, Hq, D], k, v [B, Hkv, S_max, D] with `poison` in every row past seq_len, seq_lens int32."""
+    g = torch.Generator().manual_seed(seed)
+    S_max = S_max or max(lens)
+    q = torch.randn(B, Hq, D, generator=g) * q_scale
+    k = torch.randn(B, Hkv, S_max, D, generator=g)
+    v = torch.randn(B, Hkv, S_max, D, generator=g)
+    for b, n in enumerate(lens):
+        k[b, :, n:] = poison
+        v[b, :, n:] = poison
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    return q.to(DEVICE, dtype), k.to(DEVICE, dtype), v.to(DEVICE, dtype), seq_lens.to(DEVICE)
+
+
+def reference(q, k, v, seq_lens, *, head_map="div", merge=None, num_splits=None, chunking="ceil",
+              scale=None) -> np.ndarray:
+    """o [B, Hq, D] in float64 from the live rows; the keyword arguments model mistakes.
+
+    head_map="mod": head h reads KV head h % Hkv. merge="mean": the split outputs averaged.
+    chunking="floor": splits of seq_len // num_splits keys, the rest never read.
+    """
+    q, k, v = (t.detach().double().cpu() for t in (q, k, v))
+    B, Hq, D = q.shape
+    Hkv = k.shape[1]
+    out = torch.zeros(B, Hq, D, dtype=torch.float64)
+    for b in range(B):
+        n = int(seq_lens[b])
+        for h in range(Hq):
+            kv = h // (Hq // Hkv) if head_map == "div" else h % Hkv
+            s = k[b, kv, :n] @ q[b, h] * (1 / math.sqrt(D) if scale is None else scale)
+            if merge is None and chunking == "ceil":
+                out[b, h] = torch.softmax(s, 0) @ v[b, kv, :n]
+                continue
+            size = -(-n // num_splits) if chunking == "ceil" else max(n // num_splits, 1)
+            parts, lses = [], []
+            for c in range(num_splits):
+                lo, hi = c * size, min((c + 1) * size, n)
+                if lo < hi:
+                    parts.append(torch.softmax(s[lo:hi], 0) @ v[b, kv, lo:hi])
+                    lses.append(torch.logsumexp(s[lo:hi], 0))
+                else:
+                    parts.append(torch.zeros(D, dtype=torch.float64))
+                    lses.append(torch.tensor(-math.inf, dtype=torch.float64))
+            P, L = torch.stack(parts), torch.stack(lses)
+            if merge == "mean":
+                out[b, h] = P.mean(0)
+            else:
+                out[b, h] = (torch.softmax(L, 0)[:, None] * P).sum(0)
+    return out.numpy()
+
+
+def describe(q, k, seq_lens, num_splits) -> str:
+    lens = seq_lens.tolist()
+    return (f"flash_decode(q[{'x'.join(map(str, q.shape))}] {str(q.dtype).removeprefix('torch.')}, "
+            f"k_cache/v_cache[{'x'.join(map(str, k.shape))}], seq_lens={lens if len(lens) <= 6 else '…'}, "
+            f"num_splits={num_splits})")
+
+
+def call(sub, q, k, v, seq_lens, num_splits=None):
+    kw = {} if num_splits is None else {"num_splits": num_splits}
+    out = sub.flash_decode(q.clone(), k.clone(), v.clone(), seq_lens.clone(), **kw)
+    what = describe(q, k, seq_lens, num_splits)
+    if not isinstance(out, torch.Tensor) and not isinstance(out, np.ndarray):
+        fail(f"{what} must return a tensor o [B, Hq, D]", called=what, got=type(out).__name__)
+    arr = out.detach().double().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, np.float64)
+    if arr.shape != tuple(q.shape):
+        fail("o has the wrong shape", called=what, got=f"shape {arr.shape}", expected=f"shape {tuple(q.shape)}")
+    return arr
+
+
+# --------------------------------------------------------------------------- naming the mistake
+
+
+def diagnose(sub, q, k, v, seq_lens, num_splits, got, atol) -> str:
+    Hq, Hkv = q.shape[1], k.shape[1]
+    if Hq != Hkv and Hkv > 1 and matches(got, reference(q, k, v, seq_lens, head_map="mod"), atol=atol):
+        return (f"query head h read KV head h % Hkv; groups of {Hq // Hkv} consecutive query heads share a KV "
+                f"head: kv = h // (Hq // Hkv)")
+    splits = num_splits or 0
+    if splits > 1:
+        if matches(got, reference(q, k, v, seq_lens, merge="mean", num_splits=splits), atol=atol):
+            return ("the split outputs were averaged: weight split s by e^(L_s - L) with L = log Σ e^(L_s), "
+                    "empty splits weighing 0")
+        if matches(got, reference(q, k, v, seq_lens, chunking="floor", num_splits=splits), atol=atol):
+            return ("each split holds seq_len // num_splits keys and the remainder is never read: "
+                    "chunk = tl.cdiv(seq_len, num_splits), the last split shorter")
+    if np.isnan(got).any():
+        # Same call with zeros instead of NaN past seq_len: if the NaN goes, rows past it were read.
+        zero_k = torch.where(torch.isnan(k), torch.zeros_like(k), k)
+        zero_v = torch.where(torch.isnan(v), torch.zeros_like(v), v)
+        try:
+            again = call(sub, q, zero_k, zero_v, seq_lens, num_splits)
+        except Exception:  # noqa: BLE001 - the first call's failure is the verdict
+            again = got
+        if not np.isnan(again).any():
+            return ("rows past seq_len were read (they hold NaN here): mask every K and V load with "
+                    "rows < hi, other=0.0, and set the scores of those rows to -inf")
+        try:  # one split has no empty split: a NaN left then comes from exp overflowing
+            single = call(sub, q, zero_k, zero_v, seq_lens, 1)
+        except Exception:  # noqa: BLE001
+            single = again
+        if np.isnan(single).any() or np.isinf(single).any():
+            return ("o has NaN even with one split and zeros past seq_len: exp overflowed; subtract the running "
+                    "max before exp (p = exp(s - m_new)) and rescale l and acc by exp(m - m_new)")
+        return ("o has NaN only with several splits: an empty split (its start is past seq_len) computed "
+                "0/0; give it O = 0, L = -inf, and in the merge use weights exp(L_s - max L), 0 for it")
+    if matches(got, reference(q, k, v, seq_lens, scale=1.0), atol=atol):
+        return "the scores were not scaled: s = (k · q) · sm_scale with sm_scale = 1/√D"
+    want = reference(q, k, v, seq_lens)
+    bad = np.argwhere(np.abs(got - want) > atol)
+    if bad.size:
+        b, h = int(bad[0][0]), int(bad[0][1])
+        return (f"the first wrong row is sequence {b} (seq_len {int(seq_lens[b])}), query head {h}; if only long "
+                f"sequences are wrong, check that l and acc are both multiplied by alpha = exp(m - m_new) "
+                f"when the running max grows")
+    return ""
+
+
+def check(sub, q, k, v, seq_lens, num_splits=None, atol=None):
+    atol = atol or ATOL[q.dtype]
+    got = call(sub, q, k, v, seq_lens, num_splits)
+    want = reference(q, k, v, seq_lens)
+    tol = atol * max(1.0, float(np.abs(want).max()))
+    if np.isnan(got).any() or not matches(got, want, atol=tol):
+        hint = diagnose(sub, q, k, v, seq_lens, num_splits, got, tol)
+        close(got, want, describe(q, k, seq_lens, num_splits), atol=tol, what="o", hint=hint, nan_hint=hint)
+    return got
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def test_one_head_per_kv_head(sub, mode):
+    """One sequence, one query head per KV head (Hq = Hkv)"""
+    q, k, v, sl = make_cache(1, 2, 2, [pick(37, 1000)], pick(16, 64), seed=1)
+    check(sub, q, k, v, sl)
+
+
+def test_gqa_and_mqa(sub, mode):
+    """GQA: query head h reads KV head h // (Hq / Hkv); MQA with Hkv = 1"""
+    for Hq, Hkv in [(4, 2), (8, 2), (6, 1)]:
+        q, k, v, sl = make_cache(2, Hq, Hkv, pick([30, 21], [700, 300]), pick(16, 128), seed=Hq * 10 + Hkv)
+        check(sub, q, k, v, sl, num_splits=3)
+
+
+def test_ragged_seq_lens(sub, mode):
+    """seq_lens from 1 to S_max in one batch; cache rows past seq_len hold NaN"""
+    lens = pick([1, 40, 17, 2], [1, 3000, 517, 64])
+    q, k, v, sl = make_cache(4, 4, 2, lens, pick(16, 128), seed=3, S_max=pick(48, 4096))
+    check(sub, q, k, v, sl)
+    check(sub, q, k, v, sl, num_splits=4)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 16], ids=lambda n: f"splits={n}")
+def test_split_counts(sub, mode, num_splits):
+    """Any num_splits gives full attention, more splits than keys included"""
+    lens = pick([33, 9], [2000, 9])
+    q, k, v, sl = make_cache(2, 4, 4, lens, pick(16, 64), seed=4)
+    check(sub, q, k, v, sl, num_splits=num_splits)
+
+
+def test_large_scores(sub, mode):
+    """Scores near ±1e3 neither overflow nor lose accuracy"""
+    D = pick(16, 64)
+    q, k, v, sl = make_cache(1, 2, 1, [pick(45, 900)], D, seed=5, q_scale=300.0)
+    check(sub, q, k, v, sl, num_splits=3, atol=ATOL[q.dtype] * 10)
+
+
+# --------------------------------------------------------------------------- GPU only
+
+SPEED_CASES = [(4, 32, 8, 16384), (1, 32, 8, 65536)]  # B, Hq, Hkv, context; D = 128, bf16
+MIN_SPEED_RATIO = 0.25  # of the reference decode kernel's GB/s
+REPEATS = 15
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_accuracy(sub, mode, dtype):
+    """Low precision: fp16 and bf16 match fp32 attention on the same inputs"""
+    if mode != "gpu":
+        pytest.skip(f"{dtype} accuracy not measured: no CUDA GPU here; the Triton interpreter checks "
+                    "small fp32 shapes only")
+    dt = getattr(torch, dtype)
+    q, k, v, sl = make_cache(3, 32, 8, [4096, 1, 1500], 128, seed=6, dtype=dt)
+    check(sub, q, k, v, sl, atol=ATOL[dt])
+
+
+def _wall_ms(fn, q_fresh, verify) -> float:
+    """Median wall-clock ms of fn(q) over REPEATS calls, each on a fresh q, each output verified."""
+    times = []
+    for _ in range(REPEATS):
+        q = q_fresh()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn(q)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        verify(q, out)
+    return statistics.median(times)
+
+
+def _copy_gbs() -> float:
+    """GB/s read by a device-to-device copy of 1 GiB (it writes as much): the bandwidth ceiling here."""
+    src = torch.empty(2**29, dtype=torch.int16, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    return src.numel() * 2 * 10 / (start.elapsed_time(end) * 1e-3) / 1e9
+
+
+def test_speed(sub, mode):
+    """Speed: GB/s of K and V read, against the reference decode kernel"""
+    if mode != "gpu":
+        note("graded under the Triton interpreter on small fp32 shapes: correctness only")
+        pytest.skip("speed not measured: no CUDA GPU here; the Triton interpreter checks correctness only")
+    from drill.kernels import flash_decode as reference_kernel
+
+    copy = _copy_gbs()
+    note("speed, bf16, D = 128, GB/s of K+V read; wall clock around each call (fresh q each time, "
+         "outputs checked), median of 15; reference = drill.kernels.flash_decode; "
+         f"a device copy here reads {copy:.0f} GB/s (and writes as much)")
+    note("B Hq/Hkv context | yours | reference | yours/reference | yours/copy read rate")
+    slow = []
+    for B, Hq, Hkv, S in SPEED_CASES:
+        _, k, v, sl = make_cache(B, Hq, Hkv, [S] * B, 128, seed=7, dtype=torch.bfloat16)
+        gen = torch.Generator(device="cuda").manual_seed(8)
+
+        def fresh():
+            return torch.randn(B, Hq, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+        def verify(q, out):
+            got = out if isinstance(out, torch.Tensor) else torch.as_tensor(out)
+            want = reference_kernel(q, k, v, sl).float()
+            if tuple(got.shape) != tuple(want.shape) or not torch.allclose(got.float().to(want.device), want,
+                                                                           atol=3e-2, rtol=0):
+                fail("a timed call returned a wrong o", called=describe(q, k, sl, None),
+                     hint="every timed call is checked against the reference kernel on the same inputs")
+
+        reference_kernel(fresh(), k, v, sl)  # compile and tune outside the timing
+        sub.flash_decode(fresh(), k, v, sl)
+        yours = _wall_ms(lambda q: sub.flash_decode(q, k, v, sl), fresh, verify)
+        ref = _wall_ms(lambda q: reference_kernel(q, k, v, sl), fresh, lambda q, o: None)
+        gb = 2 * B * Hkv * S * 128 * 2 / 1e9
+        note(f"{B} {Hq}/{Hkv} {S} | {gb / yours * 1e3:.0f} | {gb / ref * 1e3:.0f} | {ref / yours:.2f} | "
+             f"{gb / yours * 1e3 / copy:.2f}")
+        if yours * MIN_SPEED_RATIO > ref:
+            slow.append(f"B={B} Hq/Hkv={Hq}/{Hkv} context {S}: yours {gb / yours * 1e3:.0f} GB/s, "
+                        f"reference {gb / ref * 1e3:.0f} GB/s")
+    if slow:
+        fail(f"your kernels read K and V below {MIN_SPEED_RATIO:g}× the reference kernel's rate",
+             called="flash_decode on bf16 inputs at the sizes in the notes", got="; ".join(slow),
+             expected=f"at least {MIN_SPEED_RATIO:g}× the reference at every size",
+             hint="split the keys so that B·Hq·num_splits programs fill the GPU (num_splits=None must pick "
+                  "a count), load K and V in blocks of 32-128 rows, and keep q in registers")

@@ -1,0 +1,56 @@
+# drill: flashattention/flash-decoding
+# planted: the merge is a fold that keeps the first chunk's L as the running total
+# expect-fail: sk not a multiple of num_splits: chunks of ceil(sk / num_splits) keys, the last one shorter
+# expect-fail: More splits than keys: empty chunks give O = 0 and L = -inf, with no NaN and no warning
+# expect-fail: One query row (a decode step) over a long cache equals full attention
+# expect-fail: Several query rows (speculative or batched tokens) equal full attention
+# expect-fail: Causal: the queries' own keys are the last sq keys of the cache (bottom-right)
+# expect-fail: Swapping whole chunks of the cache leaves the merged result unchanged
+# expect-fail: An explicit scale replaces 1/√d
+"""Planted mistake: the merge is a fold that keeps the first chunk's L as the running total."""
+
+import math
+
+import numpy as np
+
+
+def split_kv_partials(q, K, V, num_splits, causal=False, scale=None):
+    """Each chunk's own (O, L): returns O_parts [num_splits, sq, d], L_parts [num_splits, sq]."""
+    sq, d = q.shape
+    sk = K.shape[0]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    chunk = -(-sk // num_splits)  # ceil: every chunk but the last is full
+    O_parts = np.zeros((num_splits, sq, V.shape[1]))
+    L_parts = np.full((num_splits, sq), -np.inf)
+    rows = np.arange(sq)[:, None]
+    for c in range(num_splits):
+        start, stop = c * chunk, min((c + 1) * chunk, sk)
+        if start >= stop:
+            continue  # an empty chunk keeps O = 0, L = -inf
+        S = (q @ K[start:stop].T) * scale  # [sq, chunk]
+        if causal:
+            keys = np.arange(start, stop)[None, :]
+            S = np.where(keys <= rows + (sk - sq), S, -np.inf)
+        # This chunk's own max: a GPU block only ever sees its own keys.
+        m = S.max(axis=1)
+        seen = m > -np.inf
+        m_safe = np.where(seen, m, 0.0)  # no -inf - (-inf) on rows that see nothing here
+        P = np.exp(S - m_safe[:, None])  # [sq, chunk], masked entries give 0
+        l = P.sum(axis=1)
+        l_safe = np.where(seen, l, 1.0)
+        O_parts[c] = (P @ V[start:stop]) / l_safe[:, None]
+        L_parts[c] = np.where(seen, m_safe + np.log(l_safe), -np.inf)
+    return O_parts, L_parts
+
+
+def flash_decode(q, K, V, num_splits, causal=False, scale=None):
+    """Attention of q over the whole cache from the split-KV partials: returns (o [sq, d], lse [sq])."""
+    O_parts, L_parts = split_kv_partials(q, K, V, num_splits, causal, scale)
+    o, lse = O_parts[0], L_parts[0]
+    for O_c, L_c in zip(O_parts[1:], L_parts[1:]):
+        m = np.maximum(lse, L_c)
+        shift = np.where(m > -np.inf, m, 0.0)
+        w1, w2 = np.exp(lse - shift), np.exp(L_c - shift)
+        total = np.where(w1 + w2 > 0, w1 + w2, 1.0)
+        o = (w1[:, None] * o + w2[:, None] * O_c) / total[:, None]
+    return o, np.logaddexp.reduce(L_parts, axis=0)

@@ -1,0 +1,33 @@
+# drill: flashattention/paged-attention
+# planted: query head h reads KV head h // Hkv (the group size and Hkv confused)
+# expect-fail: Pages no sequence references hold NaN and are never read
+# expect-fail: GQA: query head h reads KV head h // (Hq // Hkv), for groups of 2, 4 and 8
+# expect-fail: MQA: every query head reads the single KV head (Hkv = 1)
+"""Planted mistake: query head h reads KV head h // Hkv (the group size and Hkv confused)."""
+
+import math
+
+import numpy as np
+
+
+def paged_decode(q, k_pages, v_pages, block_table, seq_lens, scale=None):
+    """Attention of each sequence's new token over its paged cache: returns o [B, Hq, d]."""
+    B, Hq, d = q.shape
+    page_size, Hkv = k_pages.shape[1], k_pages.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    group = Hq // Hkv  # query heads per KV head
+    o = np.zeros((B, Hq, v_pages.shape[3]))
+    for b in range(B):
+        n = int(seq_lens[b])
+        # Only the pages that hold live keys: entries past them are -1, and
+        # k_pages[-1] would silently read the pool's last page.
+        pages = block_table[b, : -(-n // page_size)]
+        # Logical order of the keys is the order of the table, not of the pool.
+        K = k_pages[pages].reshape(-1, Hkv, d)[:n]  # [n, Hkv, d]; slots past n dropped
+        V = v_pages[pages].reshape(-1, Hkv, v_pages.shape[3])[:n]
+        for h in range(Hq):
+            kv = h // Hkv
+            s = (K[:, kv] @ q[b, h]) * scale  # [n]
+            p = np.exp(s - s.max())
+            o[b, h] = (p @ V[:, kv]) / p.sum()
+    return o

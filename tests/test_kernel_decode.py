@@ -1,0 +1,156 @@
+"""The reference split-KV decode kernel (drill.kernels.flash_decode).
+
+CPU: small float32 shapes under TRITON_INTERPRET=1 against a float64 reference: contiguous
+and paged caches, GQA and MQA, ragged seq_lens, NaN in every cache row past seq_len,
+more splits than blocks.
+GPU (marker `gpu`, run by kernels/gpu_suite.py): bf16 and fp16 against an fp32 reference
+on upcast inputs, no more than about twice the error of naive attention in the same
+precision, plus the H200 benchmark shapes at small batch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from drill.kernels import decode as decode_mod  # noqa: E402
+from drill.kernels import flash_decode  # noqa: E402
+
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+DEVICE = "cuda" if ON_GPU else "cpu"
+
+
+def reference(q, k_cache, v_cache, seq_lens, block_table=None, dtype=torch.float64):
+    """o [B, Hq, D] from the live rows only, in `dtype`; query head h reads KV head h // group."""
+    B, Hq, D = q.shape
+    out = torch.zeros(B, Hq, D, dtype=dtype, device=q.device)
+    for b in range(B):
+        n = int(seq_lens[b])
+        if block_table is None:
+            k, v = k_cache[b, :, :n], v_cache[b, :, :n]  # [Hkv, n, D]
+        else:
+            page = k_cache.shape[1]
+            pages = block_table[b, : -(-n // page)].long()
+            k = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n].transpose(0, 1)
+            v = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n].transpose(0, 1)
+        group = Hq // k.shape[0]
+        k = k.to(dtype).repeat_interleave(group, 0)
+        v = v.to(dtype).repeat_interleave(group, 0)
+        s = torch.einsum("hd,hnd->hn", q[b].to(dtype), k) / math.sqrt(D)
+        out[b] = torch.einsum("hn,hnd->hd", torch.softmax(s, -1), v)
+    return out
+
+
+def contiguous_cache(B, Hq, Hkv, S, D, seq_lens, dtype=torch.float32, device=DEVICE, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(B, Hq, D, generator=g).to(device, dtype)
+    k = torch.randn(B, Hkv, S, D, generator=g).to(device, dtype)
+    v = torch.randn(B, Hkv, S, D, generator=g).to(device, dtype)
+    for b, n in enumerate(seq_lens):  # rows past seq_len may hold anything
+        k[b, :, n:] = float("nan")
+        v[b, :, n:] = float("nan")
+    return q, k, v, torch.tensor(seq_lens, dtype=torch.int32, device=device)
+
+
+def paged_cache(B, Hq, Hkv, page, D, seq_lens, dtype=torch.float32, device=DEVICE, seed=0, spare=3):
+    """A shuffled page pool, NaN in unused slots and unreferenced pages; the table padded with -1."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    counts = [-(-n // page) for n in seq_lens]
+    num_pages = sum(counts) + spare
+    perm = torch.randperm(num_pages, generator=g)
+    k = torch.full((num_pages, page, Hkv, D), float("nan"))
+    v = torch.full((num_pages, page, Hkv, D), float("nan"))
+    table = torch.full((B, max(counts) + 1), -1, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(seq_lens):
+        pages = perm[used:used + counts[b]]
+        used += counts[b]
+        table[b, : counts[b]] = pages.int()
+        for p, pg in enumerate(pages):
+            live = min(page, n - p * page)
+            k[pg, :live] = torch.randn(live, Hkv, D, generator=g)
+            v[pg, :live] = torch.randn(live, Hkv, D, generator=g)
+    q = torch.randn(B, Hq, D, generator=g)
+    return (q.to(device, dtype), k.to(device, dtype), v.to(device, dtype),
+            torch.tensor(seq_lens, dtype=torch.int32, device=device), table.to(device))
+
+
+CPU_CASES = [  # B, Hq, Hkv, S, D, seq_lens, num_splits
+    (1, 4, 4, 40, 16, [40], None),
+    (2, 4, 2, 70, 16, [70, 3], 3),
+    (3, 8, 2, 50, 32, [1, 17, 50], None),
+    (2, 6, 1, 33, 16, [33, 20], 5),  # MQA, group of 6 (padded to 16 rows)
+    (1, 4, 2, 20, 16, [20], 9),  # more splits than blocks: empty splits
+]
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: f"B{c[0]}-H{c[1]}/{c[2]}-S{c[3]}-split{c[6]}")
+def test_contiguous_interpreter(case):
+    B, Hq, Hkv, S, D, lens, splits = case
+    q, k, v, sl = contiguous_cache(B, Hq, Hkv, S, D, lens)
+    o = flash_decode(q, k, v, sl, num_splits=splits)
+    assert o.shape == (B, Hq, D) and o.dtype == q.dtype
+    torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+@pytest.mark.parametrize("page", [16, 5])
+def test_paged_interpreter(page):
+    lens = [37, 1, 64, 16]
+    q, k, v, sl, table = paged_cache(4, 8, 2, page, 16, lens)
+    for splits in (None, 3):
+        o = flash_decode(q, k, v, sl, block_table=table, num_splits=splits)
+        torch.testing.assert_close(o.double(), reference(q, k, v, sl, table), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-merge", "merge-kernel"])
+def test_both_merge_paths_interpreter(fused, monkeypatch):
+    monkeypatch.setattr(decode_mod, "FUSED_MERGE", fused)
+    q, k, v, sl = contiguous_cache(3, 8, 2, 70, 16, [70, 1, 33])
+    for splits in (1, 4, 9):
+        o = flash_decode(q, k, v, sl, num_splits=splits)
+        torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-5, rtol=1e-5)
+    o = flash_decode(q, k, v, sl, num_splits=4)  # the counters were reset by the last call
+    torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-5, rtol=1e-5)
+
+
+def test_split_count_fills_the_gpu():
+    pick = decode_mod.pick_num_splits
+    assert pick(1, 8, 8192, 132) >= 32  # one sequence: split the keys across the SMs
+    assert pick(64, 8, 8192, 132) == 1  # 512 programs already fill 132 SMs
+    assert pick(1, 8, 100, 132) == 1  # too few keys to split usefully
+    assert 1 <= pick(8, 8, 32768, 132) <= 8
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+def _naive(q, k, v, sl, table, dtype):
+    """Attention computed in the input precision: the yardstick for a fair tolerance."""
+    return reference(q, k, v, sl, table, dtype=dtype).float()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_gpu_accuracy(dtype, paged):
+    dt = getattr(torch, dtype)
+    for B, Hq, Hkv, lens in [(1, 32, 8, [8192]), (3, 64, 8, [5000, 1, 777]), (4, 8, 1, [300, 4096, 2, 129])]:
+        if paged:
+            q, k, v, sl, table = paged_cache(B, Hq, Hkv, 16, 128, lens, dtype=dt)
+        else:
+            q, k, v, sl = contiguous_cache(B, Hq, Hkv, max(lens), 128, lens, dtype=dt)
+            table = None
+        o = flash_decode(q, k, v, sl, block_table=table).float()
+        ref = reference(q, k, v, sl, table, dtype=torch.float32)
+        naive_err = (_naive(q, k, v, sl, table, dt) - ref).abs().max().item()
+        err = (o - ref).abs().max().item()
+        assert not torch.isnan(o).any()
+        assert err <= 2 * naive_err + 1e-3, (B, Hq, Hkv, lens, err, naive_err)
