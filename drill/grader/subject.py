@@ -185,7 +185,9 @@ def _to_torch(args, kwargs, spec: dict):
 
     def convert(value):
         if type(value).__module__ == "numpy" and hasattr(value, "shape"):
-            return torch.from_numpy(value).to(device=device, dtype=dtype)
+            tensor = torch.from_numpy(value)
+            # Floating arrays take the dtype asked for; integer ones (seq_lens) keep theirs.
+            return tensor.to(device=device, dtype=dtype) if tensor.is_floating_point() else tensor.to(device)
         return value
 
     return [convert(a) for a in args], {k: convert(v) for k, v in kwargs.items()}
