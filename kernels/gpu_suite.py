@@ -242,6 +242,17 @@ def step_flash_features(ctx: Context) -> StepResult:
                       "\n\n".join(parts), {})
 
 
+def step_sandbox_cuda(ctx: Context) -> StepResult:
+    """CUDA inside the grader's sandbox: the subject's layers one at a time (kernels/sandbox_cuda.py)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "kernels" / "sandbox_cuda.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    text = (proc.stdout + proc.stderr).strip()
+    ctx.log(text)
+    status = "pass" if proc.returncode == 0 else "fail"
+    return StepResult(status, "CUDA starts in the full sandbox" if status == "pass"
+                      else "CUDA fails in the full sandbox (see which layer)", f"```\n{text[-3000:]}\n```")
+
+
 def step_triton_exercise(ctx: Context) -> StepResult:
     """The Triton exercise's solution graded on this GPU by the real grader (`drill check --json`):
     fp16/bf16 accuracy and the TFLOP/s table (yours, reference kernel, SDPA) from the check notes."""
@@ -322,6 +333,7 @@ def step_decode_bench(ctx: Context) -> StepResult:
 # Triton exercise add their steps here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("env", step_env, True),
+    ("sandbox_cuda", step_sandbox_cuda, True),
     ("tests", step_tests, True),
     ("sweep", step_sweep, False),
     ("tile_modes", step_tile_modes, False),

@@ -124,7 +124,7 @@ def _inside(child: Path, parent: Path) -> bool:
     return child != parent and parent in child.parents
 
 
-def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0) -> None:
+def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0, scoped: bool = True) -> None:
     """Restrict this process (and what it starts) to the paths given; `net`: TCP rights to deny (ABI 4+)."""
     read_paths, write_paths, device_paths = policy_paths
     libc = _libc()
@@ -132,7 +132,8 @@ def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: i
     abi = int(libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
     if abi < 1:
         return
-    attr = _RulesetAttr(_handled(abi), net if abi >= 4 else 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    scopes = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 and scoped else 0
+    attr = _RulesetAttr(_handled(abi), net if abi >= 4 else 0, scopes)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
