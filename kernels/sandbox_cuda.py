@@ -19,7 +19,9 @@ from drill.grader import sandbox
 
 PROBE = "import torch; x = torch.ones(4, device='cuda'); print('cuda ok', int((x * 2).sum().item()))\n"
 VARIANTS = ("full", "no_landlock", "landlock_fs_only", "no_capability_drop", "no_memory_group",
-            "no_file_size_cap", "reads_run", "reads_var", "reads_tmp", "reads_dev", "wide_reads")
+            "no_file_size_cap", "reads_run", "reads_var", "reads_tmp", "reads_dev", "wide_reads",
+            "write_proc", "write_sys", "write_dev", "write_reads")
+EXTRA_WRITES = {"write_proc": ["/proc"], "write_sys": ["/sys"], "write_dev": ["/dev"]}
 EXTRA_READS = {"reads_run": ["/run"], "reads_var": ["/var"], "reads_tmp": ["/tmp"], "reads_dev": ["/dev"],
                "wide_reads": ["/run", "/var", "/tmp", "/dev"]}
 
@@ -49,6 +51,10 @@ def run_variant(variant: str) -> tuple[bool, str]:
         paths = sandbox.policy_paths(policy) if sandbox.landlock_abi() >= 1 else None
         if paths is not None and variant in EXTRA_READS:
             paths = (paths[0] + EXTRA_READS[variant], paths[1], paths[2])
+        if paths is not None and variant in EXTRA_WRITES:
+            paths = (paths[0], paths[1] + EXTRA_WRITES[variant], paths[2])
+        if paths is not None and variant == "write_reads":
+            paths = (paths[0], paths[1] + paths[0], paths[2])
         group = sandbox.MemoryGroup.create(f"drill-probe-{os.getpid()}-{variant}", 16 * 2**30)
         try:
             proc = subprocess.run([sys.executable, "-s", "-B", "probe.py"], cwd=tmp, capture_output=True, text=True,

@@ -69,8 +69,8 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def level() -> str:
-    return "full" if landlock_abi() >= 1 else "partial"
+def level(landlock: bool = True) -> str:
+    return "full" if landlock and landlock_abi() >= 1 else "partial"
 
 
 def _handled(abi: int) -> int:
@@ -241,11 +241,11 @@ class Contained:
     @classmethod
     def start(cls, script: Path, args: list[str], *, scratch: Path, hidden: list[Path], memory_mb: int,
               name: str, cap_address_space: bool = True, env: dict | None = None, stdout=None,
-              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = ()) -> "Contained":
+              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = (), landlock: bool = True) -> "Contained":
         import subprocess
 
         policy = Policy(scratch, hidden)
-        paths = policy_paths(policy) if landlock_abi() >= 1 else None
+        paths = policy_paths(policy) if landlock and landlock_abi() >= 1 else None
         group = MemoryGroup.create(name, memory_mb * 1024 * 1024) if memory_mb else None
         proc = subprocess.Popen(
             [sys.executable, "-s", "-B", str(script), *args],
