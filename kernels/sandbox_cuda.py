@@ -18,9 +18,9 @@ from pathlib import Path
 from drill.grader import sandbox
 
 PROBE = "import torch; x = torch.ones(4, device='cuda'); print('cuda ok', int((x * 2).sum().item()))\n"
-VARIANTS = ("full", "no_landlock", "landlock_fs_only", "no_capability_drop", "no_memory_group",
+VARIANTS = ("write_own_proc", "full", "no_landlock", "landlock_fs_only", "no_capability_drop", "no_memory_group",
             "no_file_size_cap", "reads_run", "reads_var", "reads_tmp", "reads_dev", "wide_reads",
-            "write_proc", "write_sys", "write_dev", "write_reads")
+            "write_proc", "write_sys", "write_dev", "write_reads", "write_own_proc")
 EXTRA_WRITES = {"write_proc": ["/proc"], "write_sys": ["/sys"], "write_dev": ["/dev"]}
 EXTRA_READS = {"reads_run": ["/run"], "reads_var": ["/var"], "reads_tmp": ["/tmp"], "reads_dev": ["/dev"],
                "wide_reads": ["/run", "/var", "/tmp", "/dev"]}
@@ -36,7 +36,7 @@ def _preexec(variant: str, paths, group, output_limit: int = 64 * 1024 * 1024):
             resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if paths is not None and variant != "no_landlock":
-            sandbox._apply_landlock(paths, scoped=variant != "landlock_fs_only")
+            sandbox._apply_landlock(paths, scoped=variant != "landlock_fs_only", own_proc=variant == "write_own_proc")
         if variant != "no_capability_drop":
             sandbox._drop_capabilities()
 

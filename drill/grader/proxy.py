@@ -71,7 +71,7 @@ class Subject:
     """One sandboxed subject process with the user's file loaded."""
 
     def __init__(self, user_file: Path, functions: list[str], *, scratch_root: Path, hidden: list[Path],
-                 memory_mb: int, cap_address_space: bool = True, env: dict | None = None, landlock: bool = True):
+                 memory_mb: int, cap_address_space: bool = True, env: dict | None = None, cuda: bool = False):
         self.user_file = user_file
         self.functions = functions
         self.scratch_root = scratch_root
@@ -79,7 +79,7 @@ class Subject:
         self.memory_mb = memory_mb
         self.cap_address_space = cap_address_space
         self.env = env or {}
-        self.landlock = landlock  # off only where CUDA cannot start under it (see runner.grade)
+        self.cuda = cuda  # CUDA needs its own /proc entries writable (see runner.grade)
         self.helpers: list[Path] = []  # trusted modules copied beside subject.py (see SubmissionProxy.use_helper)
         self.proc: subprocess.Popen | None = None
         self.load_error = ""
@@ -113,7 +113,7 @@ class Subject:
             scratch=self.scratch, hidden=self.hidden, memory_mb=self.memory_mb,
             name=f"drill-{os.getpid()}-{self._count}", cap_address_space=self.cap_address_space, env=self.env,
             stdout=self.output, output_limit=OUTPUT_LIMIT_BYTES, pass_fds=(req_r, res_w),
-            landlock=self.landlock)
+            cuda=self.cuda)
         self.proc, self.group = self.contained.proc, self.contained.group
         os.close(req_r)
         os.close(res_w)
@@ -176,7 +176,7 @@ class Subject:
             run = sandbox.Contained.start(scratch / script, args, scratch=scratch, hidden=self.hidden,
                                           memory_mb=self.memory_mb, name=f"drill-{os.getpid()}-{scratch.name}",
                                           cap_address_space=self.cap_address_space, env=self.env, stdout=log,
-                                          output_limit=OUTPUT_LIMIT_BYTES, landlock=self.landlock)
+                                          output_limit=OUTPUT_LIMIT_BYTES, cuda=self.cuda)
             end = time.monotonic() + limit_s
             code = None
             try:

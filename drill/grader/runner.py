@@ -97,10 +97,9 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             "functions": list(exercise.functions), "deadline": deadline, "memory_mb": exercise.memory_mb,
             # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU.
             "cap_address_space": not gpu, "scratch": tmp, "hidden": hidden_paths(),
-            # The NVIDIA driver fails to start CUDA under Landlock (error 304, measured on an
-            # H200 with kernels/sandbox_cuda.py): on a GPU the subject runs without it, and
-            # the report says "sandbox: partial".
-            "landlock": not gpu,
+            # The NVIDIA driver truncates files of its own /proc entry when CUDA starts: without
+            # that right it fails with error 304 (measured on an H200, kernels/sandbox_cuda.py).
+            "cuda": gpu,
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
             "repro": str(Path(tmp) / "repro.npz") if repro else "",
         }

@@ -69,8 +69,8 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def level(landlock: bool = True) -> str:
-    return "full" if landlock and landlock_abi() >= 1 else "partial"
+def level() -> str:
+    return "full" if landlock_abi() >= 1 else "partial"
 
 
 def _handled(abi: int) -> int:
@@ -124,7 +124,8 @@ def _inside(child: Path, parent: Path) -> bool:
     return child != parent and parent in child.parents
 
 
-def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0, scoped: bool = True) -> None:
+def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0, scoped: bool = True,
+                    own_proc: bool = False) -> None:
     """Restrict this process (and what it starts) to the paths given; `net`: TCP rights to deny (ABI 4+)."""
     read_paths, write_paths, device_paths = policy_paths
     libc = _libc()
@@ -159,6 +160,10 @@ def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: i
         allow(path, READ | _WRITE_FILE | (_WRITE_TREE if path == "/dev/shm" else 0))
     for path in write_paths:
         allow(path, handled)
+    if own_proc:
+        # The NVIDIA driver writes to its own /proc entries when CUDA starts (error 304 without
+        # this, measured on an H200). Resolved here, in the child, so it is this process's own.
+        allow(f"/proc/{os.getpid()}", READ | _WRITE_FILE | _TRUNCATE)  # fopen(..., "w") truncates
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs failed")
     if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
@@ -184,7 +189,7 @@ def _drop_capabilities() -> None:
 
 
 def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str], list[str]] | None,
-            group: "MemoryGroup | None" = None):
+            group: "MemoryGroup | None" = None, cuda: bool = False):
     """The function subprocess runs in the child before exec (computed paths are passed in)."""
 
     def apply() -> None:
@@ -198,7 +203,7 @@ def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str]
         resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if paths is not None:
-            _apply_landlock(paths)
+            _apply_landlock(paths, own_proc=cuda)
         _drop_capabilities()
 
     return apply
@@ -241,18 +246,18 @@ class Contained:
     @classmethod
     def start(cls, script: Path, args: list[str], *, scratch: Path, hidden: list[Path], memory_mb: int,
               name: str, cap_address_space: bool = True, env: dict | None = None, stdout=None,
-              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = (), landlock: bool = True) -> "Contained":
+              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = (), cuda: bool = False) -> "Contained":
         import subprocess
 
         policy = Policy(scratch, hidden)
-        paths = policy_paths(policy) if landlock and landlock_abi() >= 1 else None
+        paths = policy_paths(policy) if landlock_abi() >= 1 else None
         group = MemoryGroup.create(name, memory_mb * 1024 * 1024) if memory_mb else None
         proc = subprocess.Popen(
             [sys.executable, "-s", "-B", str(script), *args],
             stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else subprocess.DEVNULL,
             stderr=stdout if stdout is not None else subprocess.DEVNULL, cwd=str(scratch),
             env=contained_env(scratch, env or {}), pass_fds=pass_fds, close_fds=True,
-            preexec_fn=preexec(memory_mb if cap_address_space else 0, output_limit, paths, group),
+            preexec_fn=preexec(memory_mb if cap_address_space else 0, output_limit, paths, group, cuda),
         )
         return cls(proc, group, scratch)
 

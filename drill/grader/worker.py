@@ -33,7 +33,7 @@ def main() -> int:
     subject = Subject(
         Path(job["user_file"]), job["functions"], scratch_root=Path(job["scratch"]),
         hidden=[Path(p) for p in job["hidden"]], memory_mb=job["memory_mb"],
-        cap_address_space=job["cap_address_space"], env=job["env"], landlock=job.get("landlock", True),
+        cap_address_space=job["cap_address_space"], env=job["env"], cuda=bool(job.get("cuda")),
     )
 
     def stop(signum, frame):
@@ -41,7 +41,7 @@ def main() -> int:
         os._exit(3)
 
     signal.signal(signal.SIGTERM, stop)
-    emit(event="start", sandbox=sandbox.level(job.get("landlock", True)))
+    emit(event="start", sandbox=sandbox.level())
     subject.start(wait=False)
 
     import pytest  # while the subject imports numpy and the user's file

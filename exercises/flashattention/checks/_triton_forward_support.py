@@ -484,7 +484,7 @@ def null_subject(sub):
     user = sub._subject
     clean = Subject(NULL_KERNEL, ["flash_attention"], scratch_root=user.scratch_root / "calibration",
                     hidden=user.hidden, memory_mb=user.memory_mb, cap_address_space=user.cap_address_space,
-                    env=user.env, landlock=user.landlock)
+                    env=user.env, cuda=user.cuda)
     proxy = SubmissionProxy(clean)
     proxy.use_helper(PROBE)
     return proxy

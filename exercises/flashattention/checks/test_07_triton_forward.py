@@ -366,6 +366,12 @@ def test_speed(sub, mode):
             note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
                  f"{ratio('yours', 'SDPA cuDNN')}")
             note(f"  round trip {round_trip:.3g} ms, of which transfer {transfer:.3g} ms (calibrated)")
+            if transfer > 0.5 * round_trip:
+                # The kernel is a small part of the round trip: its time is within the transfer's
+                # noise (seen on an H200: 1-5 ms of kernel in 60-120 ms of transfer). No verdict here;
+                # a kernel slow enough to stand out of the transfer is still failed below.
+                note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
+                continue
             if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
                 slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "
                             f"reference {rate['reference']:.3g} TFLOP/s")
