@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from drill import paths
+from drill.errors import DrillError
 from drill.tomlfile import tomllib
 
 CATALOG_FORMAT = 1
@@ -19,7 +20,7 @@ NEEDS = ("cpu", "gpu", "dist")
 HEADER = re.compile(r"^#\s*drill:\s*([a-z0-9_-]+)/([a-z0-9_-]+)\s*$")
 
 
-class CatalogError(Exception):
+class CatalogError(DrillError):
     """The catalog file itself is malformed (an author error, not a user error)."""
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from drill import paths
+from drill.errors import DrillError
 
 SCHEMA_VERSION = 1
 # How long a command waits for another process to let go of the file (DRILL_LOCK_WAIT overrides).
@@ -60,7 +61,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class StoreError(Exception):
+class StoreError(DrillError):
     """The progress database cannot be opened or written (reported in one line by the CLI)."""
 
 

@@ -18,8 +18,10 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
-from drill import cards, exitcodes, reviews
-from drill.console import console, fail_line, interactive
+from drill import cards, reviews
+from drill.console import console, interactive
+from drill.errors import cannot
+from drill.language import remembered_language
 from drill.mathtext import render
 from drill.store import Store
 from drill.words import plural
@@ -85,8 +87,7 @@ def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str 
     deck = cards.all_cards()
     known_tags = sorted({t for card in deck for t in card.tags})
     if tag is not None and tag not in known_tags:
-        fail_line(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}")
     selected = {card.id: card for card in deck if tag is None or tag in card.tags}
     with Store() as store:
         lang = remembered_language(store, lang)
@@ -101,14 +102,6 @@ def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str 
         except (EOFError, KeyboardInterrupt):
             console.print()
         session.print_summary(_next_due_line(store, selected, lang))
-
-
-def remembered_language(store: Store, lang: str | None) -> str:
-    if lang:
-        store.set_setting("lang", lang)
-        return lang
-    saved = store.get_setting("lang", "en")
-    return saved if saved in cards.LANGS else "en"
 
 
 # -- reading answers ---------------------------------------------------------

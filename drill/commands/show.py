@@ -7,21 +7,16 @@ from pathlib import Path
 
 import click
 
-from drill import exitcodes
-from drill.console import console, fail_line, interactive
+from drill.console import console, interactive
+from drill.errors import cannot
 
 
 WORKED_EXAMPLE = ("1", "3", "2", "5")  # the row of exercise 01's docstring and its cards
 
 
-def _cannot(reason: str) -> None:
-    fail_line(reason)
-    raise SystemExit(exitcodes.CANNOT)
-
-
 def _check_bytes(dtype_bytes: int) -> None:
     if not 1 <= dtype_bytes <= 16:
-        _cannot(f"--bytes must be the size of one element, 1 to 16 (got {dtype_bytes})")
+        cannot(f"--bytes must be the size of one element, 1 to 16 (got {dtype_bytes})")
 
 
 @click.group(name="show", invoke_without_command=True)
@@ -59,10 +54,10 @@ def tiling(s: int, d: int, br: int, bc: int, causal: bool, by_key: bool, delay: 
 
     reason = tv.validate(s, d, br, bc)
     if reason:
-        _cannot(reason)
+        cannot(reason)
     _check_bytes(dtype_bytes)
     if delay is not None and not 0 <= delay <= 60:
-        _cannot(f"--delay must be between 0 and 60 seconds (got {delay})")
+        cannot(f"--delay must be between 0 and 60 seconds (got {delay})")
     t = tv.Tiling(s, s, d, br, bc, causal)
     if not interactive() or not t.drawable:
         console.print(tv.summary(t, dtype_bytes))
@@ -122,7 +117,7 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
     from drill.visual import online_softmax as ov
 
     if block < 1:
-        _cannot(f"--block must be at least 1 (got {block})")
+        cannot(f"--block must be at least 1 (got {block})")
     if not values:
         # No row given: the worked example of exercise 01 and its cards, in blocks of two.
         values = WORKED_EXAMPLE
@@ -132,7 +127,7 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
     try:
         row = ov.parse_values(values)
     except ov.BadRow as exc:
-        _cannot(str(exc))
+        cannot(str(exc))
     console.print(ov.summary(row, block))
 
 
@@ -154,12 +149,12 @@ def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dty
     from drill.visual import io as iov
 
     if s_max <= 0 or s_max > iov.MAX_S:
-        _cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
+        cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
     if d <= 0 or d > 65536:
-        _cannot(f"--d must be a positive head dimension (got {d})")
+        cannot(f"--d must be a positive head dimension (got {d})")
     for name, value in (("--br", br), ("--bc", bc)):
         if value is not None and not 0 < value <= iov.MAX_S:
-            _cannot(f"{name} must be a positive whole number of rows (got {value})")
+            cannot(f"{name} must be a positive whole number of rows (got {value})")
     _check_bytes(dtype_bytes)
     how = None
     auto_br, auto_bc = iov.DEFAULT_BR, iov.DEFAULT_BC
@@ -167,12 +162,12 @@ def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dty
         try:
             m, how = iov.parse_sram(sram, dtype_bytes)
         except iov.BadInput as exc:
-            _cannot(str(exc))
+            cannot(str(exc))
         auto_br, auto_bc = iov.block_sizes(m, d)
     if plot_path and not Path(plot_path).expanduser().resolve().parent.is_dir():
-        _cannot(f"--plot {plot_path}: its folder does not exist")
+        cannot(f"--plot {plot_path}: its folder does not exist")
     if plot_path and not _has_matplotlib():
-        _cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
+        cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
     br, bc = br or auto_br, bc or auto_bc
     console.print(iov.summary(s_max, d, br, bc, dtype_bytes, how if (br, bc) == (auto_br, auto_bc) else None))
     if plot_path:
@@ -185,7 +180,7 @@ def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
     try:
         iov.plot(path, s_max, d, br, dtype_bytes)
     except (OSError, ValueError) as exc:
-        _cannot(f"could not write the plot to {path}: {exc}")
+        cannot(f"could not write the plot to {path}: {exc}")
     console.print(f"wrote [accent]{path}[/accent]")
 
 
@@ -209,5 +204,5 @@ def ring(world: int, causal: bool, zigzag: bool) -> None:
 
     reason = rv.validate(world)
     if reason:
-        _cannot(reason)
+        cannot(reason)
     console.print(rv.summary(world, causal, zigzag))

@@ -26,7 +26,8 @@ from rich.text import Text
 
 from drill import catalog, exitcodes, progress
 from drill.attempts import exit_code, grade_file, locate, next_step
-from drill.console import console, fail_line, interactive
+from drill.console import console, interactive
+from drill.errors import cannot
 from drill.paths import shown
 from drill.store import Store
 
@@ -295,14 +296,12 @@ def command(target: str | None, once: bool, timeout: float | None) -> None:
     with Store() as store:
         path, reason = resolve_target(target, store)
         if path is None:
-            fail_line(reason)
-            raise SystemExit(exitcodes.CANNOT)
+            cannot(reason)
         if once:
             cycle = run_cycle(path, store, timeout)
             if cycle.result is None:
-                fail_line(cycle.reason)
-            else:
-                console.print(render_cycle(cycle, store), soft_wrap=not console.is_terminal)
+                cannot(cycle.reason)
+            console.print(render_cycle(cycle, store), soft_wrap=not console.is_terminal)
             raise SystemExit(cycle.exit_code)
         events: queue.Queue = queue.Queue()
         try:
