@@ -132,6 +132,24 @@ def all_exercises() -> list[Exercise]:
     return [ex for name in topic_names() for ex in load_topic(name).exercises]
 
 
+def resolve(name: str) -> Exercise | None:
+    """An exercise from 'topic/id', 'id', 'NN', 'NN_name' or 'NN_name.py'."""
+    if "/" in name:
+        topic, _, rest = name.partition("/")
+        if topic in topic_names():
+            return load_topic(topic).get(rest)
+        return None
+    for topic in topic_names():
+        found = load_topic(topic).get(name)
+        if found:
+            return found
+    return None
+
+
+def known_ids() -> str:
+    return ", ".join(ex.id for ex in all_exercises())
+
+
 def identify(path: Path) -> Exercise | None:
     """Find the exercise a file belongs to: its header line, else its file name."""
     from drill.userfile import head_lines

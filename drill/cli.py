@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("drill.commands.show", "Draw the algorithm in the terminal (tiling, online softmax, IO)."),
     "watch": ("drill.commands.watch", "Re-check a file every time it is saved."),
     "bench": ("drill.commands.bench", "Time the reference kernel against PyTorch SDPA (GPU)."),
+    "dev": ("drill.commands.dev", "For exercise authors: run the author checks, scaffold an exercise."),
 }
 
 

@@ -7,8 +7,8 @@ import json
 import click
 from rich.markup import escape
 
-from drill import catalog, progress
-from drill.attempts import exit_code, grade_file, locate, next_step
+from drill import catalog
+from drill.attempts import exit_code, file_to_grade, grade_file, next_step
 from drill.console import console
 from drill.errors import cannot
 from drill.options import json_option
@@ -45,23 +45,14 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
     Exit code 0: every check passed; 1: some failed; 2: the file could not be graded.
     """
     with Store() as store:
-        if target is None:
-            current = progress.current(store, store.get_setting("topic"))
-            if current is None:
-                cannot("every exercise is passed; name a file to check it again")
-            if store.workspace(current.topic) is None:
-                cannot(f"no workspace yet: run `drill start {current.topic}`, or name a file")
-            target = current.file
-        path, reason = locate(target, store)
-        if path is not None and path.is_dir():
-            path, reason = None, f"{target} is a directory; name one exercise file in it"
+        path, reason = file_to_grade(target, store)
         if path is None:
-            cannot(reason, target=target)
+            cannot(reason)
         if keyword is not None and not keyword.strip():
-            cannot("-k needs part of a check's name, for example -k causal", target=target)
+            cannot("-k needs part of a check's name, for example -k causal")
         ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure, repro=repro)
         if ex is None:
-            cannot(result, target=target)
+            cannot(result, target=target or path.name)
         if as_json:
             click.echo(json.dumps(result.to_json()))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from drill import progress
+from drill import catalog, progress
 from drill.console import boxed, console
 from drill.errors import cannot
 from drill.store import Store
@@ -17,10 +17,10 @@ from drill.store import Store
 def command(exercise: str | None, show_all: bool) -> None:
     """Reveal the next hint for EXERCISE (default: the current exercise)."""
     with Store() as store:
-        ex = progress.resolve(exercise) if exercise else progress.current(store, store.get_setting("topic"))
+        ex = catalog.resolve(exercise) if exercise else progress.current(store, store.get_setting("topic"))
         if ex is None:
             if exercise:
-                cannot(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
+                cannot(f"unknown exercise {exercise!r}; known: {catalog.known_ids()}")
             cannot("every exercise is passed: there is no current exercise; name one")
         if not ex.hints:
             cannot(f"{ex.id} has no hints")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from drill import catalog, progress, stubs
+from drill import catalog, stubs
 from drill.attempts import search_folders
 from drill.console import console
 from drill.errors import cannot
@@ -26,11 +26,11 @@ def command(exercise: str) -> None:
     if given.is_file():
         ex, path = catalog.identify(given), given
         if ex is None:
-            cannot(f"{shown(given)} is not a drill exercise; name one of: {progress.known_ids()}")
+            cannot(f"{shown(given)} is not a drill exercise; name one of: {catalog.known_ids()}")
     else:
-        ex = progress.resolve(exercise)
+        ex = catalog.resolve(exercise)
         if ex is None:
-            cannot(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
+            cannot(f"unknown exercise {exercise!r}; known: {catalog.known_ids()}")
         with Store() as store:
             folders = search_folders(store)
             home = store.workspace(ex.topic)

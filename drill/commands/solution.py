@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.syntax import Syntax
 
-from drill import progress
+from drill import catalog
 from drill.console import console, err_console
 from drill.errors import cannot
 from drill.store import Store
@@ -16,9 +16,9 @@ from drill.store import Store
 @click.option("--force", is_flag=True, help="Show it even though you have not passed yet.")
 def command(exercise: str, force: bool) -> None:
     """Show the reference solution of EXERCISE (after you pass it, or with --force)."""
-    ex = progress.resolve(exercise)
+    ex = catalog.resolve(exercise)
     if ex is None:
-        cannot(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
+        cannot(f"unknown exercise {exercise!r}; known: {catalog.known_ids()}")
     with Store() as store:
         passed = store.passed(ex.key)
     if not passed and not force:

@@ -18,7 +18,7 @@ from drill.words import plural
 
 def workspace_readme(topic: catalog.Topic) -> str:
     lines = [f"# {topic.title} drill", "", "Edit each file, then grade it:", "",
-             "    drill check 01_online_softmax.py", "",
+             f"    drill check {topic.exercises[0].file}", "",
              "Stuck? `drill hint`. Progress: `drill status`. Follow-up questions: `drill quiz --followups`.",
              "", "| # | file | exercise | needs |", "|---|---|---|---|"]
     for ex in topic.exercises:
@@ -102,8 +102,7 @@ def command(topic: str, directory: Path | None) -> None:
     if directory is None:
         _warn_if_in_a_repository(target, topic)
     if following is None:
-        console.print(Markdown("Every exercise is passed. Next: `drill quiz --followups` and "
-                               f"`drill mock {topic}`."))
+        console.print(progress.all_passed_step(topic), soft_wrap=True)
         return
     label = "First exercise" if following == spec.exercises[0] else "Next exercise"
     console.print(Markdown(
