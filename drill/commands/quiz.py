@@ -77,14 +77,17 @@ WORDS = {
 @click.option("--cram", is_flag=True,
               help="Review cards even if not due, without changing the schedule.")
 @click.option("--tag", help="Only cards with this tag (for example main, online-softmax, ring).")
-def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str | None) -> None:
+@click.option("--topic", help="Only this topic's cards (default: every topic).")
+def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str | None, topic: str | None) -> None:
     """Review the follow-up question cards that are due.
 
     Without a terminal, answers are read from standard input, one per line: a
     recall card takes two lines (anything to reveal, then 1-4 or a/h/g/e, empty
     for Good), a numeric or choice card takes one (empty for "don't know").
     """
-    deck = cards.all_cards()
+    if topic is not None and topic not in cards.deck_topics():
+        cannot(f"unknown topic {topic!r}; topics with cards: {', '.join(cards.deck_topics())}")
+    deck = list(cards.load_deck(topic).cards) if topic else cards.all_cards()
     known_tags = sorted({t for card in deck for t in card.tags})
     if tag is not None and tag not in known_tags:
         cannot(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}")
