@@ -99,7 +99,7 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
 
 
 def _bring_cards_forward(store: Store, ex: catalog.Exercise) -> None:
-    """A failed exercise makes its follow-up cards due now (the quiz module owns scheduling)."""
+    """A failed exercise makes its follow-up cards due now (drill/reviews.py schedules them)."""
     from drill.reviews import bring_forward
 
     bring_forward(store, list(ex.cards))

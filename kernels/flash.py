@@ -62,8 +62,12 @@ import triton.language as tl
 import triton.runtime.errors
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+# The kernels exponentiate in base 2 (exp2 is the fast instruction): the host folds LOG2E into
+# the softmax scale, the kernels turn a natural-log LSE into base 2 and back. Kernels may read
+# only constexpr globals, hence the wrapped copies.
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+LOG2E_JIT = tl.constexpr(LOG2E)
+LN2_JIT = tl.constexpr(0.6931471805599453)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -273,7 +277,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
 
     empty = l_i == 0.0  # rows that saw no key
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2_JIT)
     tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
     _store_rows(o_src, o_r0, o_c0, start_m, SQ, sos, o.to(q.dtype), BLOCK_M, D, MODE)
 
@@ -299,7 +303,7 @@ def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
     if HAS_DLSE:
         delta -= tl.load(DLSE + off_hz * SQ + rows, mask=in_seq, other=0.0)
     lse = tl.load(LSE + off_hz * SQ + rows, mask=in_seq, other=0.0)
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_JIT)
     tl.store(DELTA + off_hz * SQ + rows, delta, mask=in_seq)
     tl.store(LSE2 + off_hz * SQ + rows, lse2, mask=in_seq)
 

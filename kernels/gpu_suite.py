@@ -248,7 +248,7 @@ def step_triton_exercise(ctx: Context) -> StepResult:
     import tempfile
 
     solution = ROOT / "solutions" / "flashattention" / "07_triton_forward.py"
-    # 900 s: a bare machine compiles a few dozen kernels the first time (the catalog's 120 s is for warm caches)
+    # 900 s: a bare machine compiles a few dozen kernels the first time (the catalog's limit assumes warm caches)
     cmd = [sys.executable, "-m", "drill", "check", str(solution), "--json", "--timeout", "900"]
     ctx.log("triton_exercise: " + " ".join(cmd[1:]))
     with tempfile.TemporaryDirectory(prefix="drill-home-") as home:

@@ -56,7 +56,7 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
         if as_json:
             click.echo(json.dumps(result.to_json()))
         else:
-            from drill.render import report
+            from drill.report import report
 
             piped = not console.is_terminal
             console.print(report(result, f"{ex.key}  ({shown(path.name)})", plain=piped), soft_wrap=piped)

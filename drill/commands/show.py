@@ -146,7 +146,7 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
 def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dtype_bytes: int,
        plot_path: str | None) -> None:
     """HBM traffic, K/V re-reads, FLOPs and the roofline of standard attention and FlashAttention-2."""
-    from drill.visual import io as iov
+    from drill.visual import traffic as iov
 
     if s_max <= 0 or s_max > iov.MAX_S:
         cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
@@ -175,7 +175,7 @@ def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dty
 
 
 def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
-    from drill.visual import io as iov
+    from drill.visual import traffic as iov
 
     try:
         iov.plot(path, s_max, d, br, dtype_bytes)

@@ -76,7 +76,7 @@ def run_cycle(path: Path, store: Store, timeout: float | None = None) -> Cycle:
 
 def render_cycle(cycle: Cycle, store: Store, keys: bool = False, instant: bool = True) -> Group:
     """The latest report, then what to do next."""
-    from drill.render import report
+    from drill.report import report
 
     parts = []
     if keys:
