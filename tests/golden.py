@@ -1,7 +1,7 @@
 """Golden report files: per exercise, a passing, a failing and an ungradable submission, with the
 --json document and the plain report each must produce (exercism keeps results.json the same way).
 
-    tests/golden/<topic>/<id>/<case>.py     the submission (pass: the solution is used; fail: a planted file)
+    pass: the solution; fail: one planted file (FAILING); error: the solution with one edit (BROKEN)
     tests/golden/<topic>/<id>/<case>.json   the expected `drill check --json` document, normalised
     tests/golden/<topic>/<id>/<case>.txt    the expected plain report, normalised
 
@@ -27,6 +27,16 @@ GOLDEN = ROOT / "tests" / "golden"
 PLANTED = ROOT / "tests" / "planted"
 EXERCISES = ["online-softmax", "tiling-shapes", "flash-forward", "lse-merge", "flash-backward"]
 CASES = ("pass", "fail", "error")
+FAILING = {"online-softmax": "l_not_rescaled", "tiling-shapes": "floor_instead_of_ceil",
+           "flash-forward": "missing_scale", "lse-merge": "weights_swapped", "flash-backward": "dq_missing_scale"}
+# (text in the solution, what replaces it): each makes the file ungradable in another way.
+BROKEN = {
+    "online-softmax": ("def online_softmax(", "def online_softmax(:"),  # a syntax error
+    "tiling-shapes": ("def hbm_elements(", "def hbm_elements_renamed("),  # a function missing
+    "flash-forward": ("import numpy as np", "import numpy as np\nimport scipy_not_installed_here"),
+    "lse-merge": ("import numpy as np", "import numpy as np\n\nTABLE = {}[\"missing\"]"),  # raises on import
+    "flash-backward": ("def flash_attention_backward(", "  def flash_attention_backward("),  # bad indent
+}
 WIDTH = 100
 
 # Figures that differ from run to run: times, and measured memory.
@@ -36,10 +46,18 @@ VOLATILE = [
 ]
 
 
-def submission(ex: catalog.Exercise, case: str) -> Path:
+def submission(ex: catalog.Exercise, case: str, folder: Path) -> Path:
     if case == "pass":
         return ex.solution_path
-    return GOLDEN / ex.topic / ex.id / f"{case}.py"
+    if case == "fail":
+        return PLANTED / ex.topic / ex.id / f"{FAILING[ex.id]}.py"
+    old, new = BROKEN[ex.id]
+    text = ex.solution_path.read_text(encoding="utf-8")
+    assert old in text, f"{ex.solution_path} no longer contains {old!r}: update BROKEN in tests/golden.py"
+    path = folder / "broken" / ex.file
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
 
 
 def normalised_text(text: str, folder: str) -> str:
@@ -76,6 +94,6 @@ def plain_report(result: GradeResult, ex: catalog.Exercise) -> str:
 
 def produce(ex: catalog.Exercise, case: str, folder: Path) -> tuple[str, str]:
     """(JSON document, plain report) for one case, both normalised, as stored in the golden files."""
-    result = authoring.grade_copy(ex, submission(ex, case), folder)
+    result = authoring.grade_copy(ex, submission(ex, case, folder), folder)
     doc = json.dumps(normalised_json(result, str(folder)), indent=1, ensure_ascii=False, sort_keys=True) + "\n"
     return doc, normalised_text(plain_report(result, ex), str(folder))
