@@ -18,7 +18,7 @@ def locate(target: str, store: Store) -> tuple[Path | None, str]:
     path = Path(target).expanduser()
     if path.exists():
         return path, ""
-    ex = progress.resolve(target)
+    ex = catalog.resolve(target)
     if "/" in target and not ex:
         return None, f"no such file: {target}"
     names = [target] + ([ex.file] if ex else [])
@@ -29,17 +29,44 @@ def locate(target: str, store: Store) -> tuple[Path | None, str]:
     return None, f"no such file: {target}"
 
 
+def file_to_grade(target: str | None, store: Store) -> tuple[Path | None, str]:
+    """The file `drill check` and `drill watch` grade: TARGET as `locate` finds it, else the
+    current exercise in its topic's workspace (the started topic first). (None, reason) if none."""
+    if target:
+        path, reason = locate(target, store)
+        if path is not None and path.is_dir():
+            return None, f"{target} is a directory; name one exercise file in it"
+        return path, reason
+    for topic in topics_started_first(store):
+        home = store.workspace(topic)
+        if home is None:
+            continue
+        ex = progress.current(store, topic)
+        if ex is None:
+            return None, f"every {topic} exercise has passed; name a file"
+        path = home / ex.file
+        if not path.is_file():
+            return None, f"{path} is missing; run drill start {topic} again to restore it"
+        return path, ""
+    first = (catalog.topic_names() or ["TOPIC"])[0]
+    return None, f"no workspace yet: run drill start {first} first, or name a file"
+
+
 def search_folders(store: Store) -> list[Path]:
     """Where a bare name is looked for, in order: here, the current topic's workspace, the rest."""
-    chosen = store.get_setting("topic")
-    topics = catalog.topic_names()
-    order = ([chosen] if chosen in topics else []) + [t for t in topics if t != chosen]
     folders = [Path.cwd()]
-    for topic in order:
+    for topic in topics_started_first(store):
         home = store.workspace(topic)
         if home is not None and home not in folders:
             folders.append(home)
     return folders
+
+
+def topics_started_first(store: Store) -> list[str]:
+    """Every topic, the one last started first."""
+    chosen = store.get_setting("topic")
+    topics = catalog.topic_names()
+    return ([chosen] if chosen in topics else []) + [t for t in topics if t != chosen]
 
 
 def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | None = None,
@@ -55,7 +82,7 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
     if ex is None:
         return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
                       "'# drill: <topic>/<id>' header "
-                      f"and its name matches no exercise (known: {progress.known_ids()})")
+                      f"and its name matches no exercise (known: {catalog.known_ids()})")
     result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure, repro=repro)
     if keyword:
         result.notes.append(f"only the checks matching -k {keyword!r} ran; this run is not saved "
@@ -72,7 +99,7 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
 
 
 def _bring_cards_forward(store: Store, ex: catalog.Exercise) -> None:
-    """A failed exercise makes its follow-up cards due now (the quiz module owns scheduling)."""
+    """A failed exercise makes its follow-up cards due now (drill/reviews.py schedules them)."""
     from drill.reviews import bring_forward
 
     bring_forward(store, list(ex.cards))
@@ -81,9 +108,10 @@ def _bring_cards_forward(store: Store, ex: catalog.Exercise) -> None:
 def next_step(ex: catalog.Exercise, status: str, store: Store) -> str:
     if status == "pass":
         following = progress.current(store, ex.topic)
-        tail = (f"next: [accent]drill check {following.file}[/accent]" if following
-                else f"every exercise passed: try [accent]drill mock {ex.topic}[/accent]")
-        return f"Compare with [accent]drill solution {ex.id}[/accent]; {tail}"
+        compare = f"Compare with [accent]drill solution {ex.id}[/accent]"
+        if following is None:
+            return f"{compare}. {progress.all_passed_step(ex.topic)}"
+        return f"{compare}; next: [accent]drill check {following.file}[/accent]"
     if status == "fail":
         return f"Stuck? [accent]drill hint {ex.id}[/accent] reveals the next hint."
     return ""

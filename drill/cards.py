@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from drill import paths
+from drill.errors import DrillError
 from drill.tomlfile import tomllib
 
 DECK_FORMAT = 1
@@ -27,7 +28,7 @@ _CARD_KEYS = {
 _KEYPOINT_KEYS = {"en", "zh", "synonyms_en", "synonyms_zh"}
 
 
-class DeckError(Exception):
+class DeckError(DrillError):
     """The deck file is malformed (an author error, not a user error)."""
 
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from drill import paths
+from drill.errors import DrillError
 from drill.tomlfile import tomllib
 
 CATALOG_FORMAT = 1
@@ -19,7 +20,7 @@ NEEDS = ("cpu", "gpu", "dist")
 HEADER = re.compile(r"^#\s*drill:\s*([a-z0-9_-]+)/([a-z0-9_-]+)\s*$")
 
 
-class CatalogError(Exception):
+class CatalogError(DrillError):
     """The catalog file itself is malformed (an author error, not a user error)."""
 
 
@@ -129,6 +130,24 @@ def _reject_unknown(table: dict, allowed: set[str], where: str) -> None:
 
 def all_exercises() -> list[Exercise]:
     return [ex for name in topic_names() for ex in load_topic(name).exercises]
+
+
+def resolve(name: str) -> Exercise | None:
+    """An exercise from 'topic/id', 'id', 'NN', 'NN_name' or 'NN_name.py'."""
+    if "/" in name:
+        topic, _, rest = name.partition("/")
+        if topic in topic_names():
+            return load_topic(topic).get(rest)
+        return None
+    for topic in topic_names():
+        found = load_topic(topic).get(name)
+        if found:
+            return found
+    return None
+
+
+def known_ids() -> str:
+    return ", ".join(ex.id for ex in all_exercises())
 
 
 def identify(path: Path) -> Exercise | None:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("drill.commands.show", "Draw the algorithm in the terminal (tiling, online softmax, IO)."),
     "watch": ("drill.commands.watch", "Re-check a file every time it is saved."),
     "bench": ("drill.commands.bench", "Time the reference kernel against PyTorch SDPA (GPU)."),
+    "dev": ("drill.commands.dev", "For exercise authors: run the author checks, scaffold an exercise."),
 }
 
 
@@ -45,12 +46,22 @@ class LazyGroup(click.Group):
         return importlib.import_module(COMMANDS[name][0]).command
 
     def invoke(self, ctx: click.Context):
-        # Ctrl-C: click would exit 1, which drill uses for "a check failed".
+        # The one place a command stops with a reason (see drill/errors.py).
+        import sqlite3
+
+        from drill.errors import DrillError
+
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
+            # Ctrl-C: click would exit 1, which drill uses for "a check failed".
             click.echo("\ndrill: interrupted", err=True)
             raise SystemExit(INTERRUPTED) from None
+        except DrillError as exc:
+            stop(str(exc), exc.fields, ctx.meta)
+        except sqlite3.Error as exc:
+            # A backstop for a statement the store did not wrap in a StoreError; still one line.
+            stop(f"the progress database failed: {exc}", {}, ctx.meta)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # The help lines come from COMMANDS, so listing them imports nothing.
@@ -58,6 +69,23 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def stop(reason: str, fields: dict, meta: dict) -> None:
+    """Exit 2 with the reason: the command's --json error document on stdout when it was
+    asked for one, otherwise one line on stderr."""
+    from drill.options import JSON_ERROR
+
+    if JSON_ERROR in meta:
+        import json
+
+        document, arguments = meta[JSON_ERROR]
+        click.echo(json.dumps(document(reason, {**arguments, **fields})))
+    else:
+        from drill.console import fail_line
+
+        fail_line(reason)
+    raise SystemExit(exitcodes.CANNOT)
 
 
 def _module_exists(module: str) -> bool:
@@ -77,15 +105,4 @@ def cli() -> None:
 
 
 def main() -> None:
-    import sqlite3
-
-    from drill.store import StoreError
-
-    try:
-        cli(prog_name="drill")
-    except (StoreError, sqlite3.Error) as exc:
-        # sqlite3.Error: a backstop for a statement the store did not wrap; still one line.
-        from drill.console import fail_line
-
-        fail_line(str(exc) if isinstance(exc, StoreError) else f"the progress database failed: {exc}")
-        raise SystemExit(exitcodes.CANNOT)
+    cli(prog_name="drill")

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from drill import paths
+from drill.errors import DrillError
 
 SCHEMA_VERSION = 1
 # How long a command waits for another process to let go of the file (DRILL_LOCK_WAIT overrides).
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS cards (
 CREATE TABLE IF NOT EXISTS reviews (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     card_id TEXT NOT NULL, at TEXT NOT NULL, rating INTEGER NOT NULL,
-    cram INTEGER NOT NULL DEFAULT 0, log_json TEXT NOT NULL);
+    log_json TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS mocks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     topic TEXT NOT NULL, question TEXT NOT NULL, at TEXT NOT NULL,
@@ -56,11 +57,19 @@ CREATE TABLE IF NOT EXISTS mocks (
 """
 
 
+def _drop_cram_column(conn: sqlite3.Connection) -> None:
+    """Databases from before 2026-11-30 have reviews.cram, always 0 (cram reviews are never
+    stored). Dropped where SQLite can (3.35+); elsewhere its default keeps it harmless."""
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(reviews)")]
+    if "cram" in columns and sqlite3.sqlite_version_info >= (3, 35):
+        conn.execute("ALTER TABLE reviews DROP COLUMN cram")
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class StoreError(Exception):
+class StoreError(DrillError):
     """The progress database cannot be opened or written (reported in one line by the CLI)."""
 
 
@@ -189,6 +198,7 @@ class Store:
                 conn.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
                 )
+                _drop_cram_column(conn)
         except BaseException:
             conn.close()
             raise
@@ -284,7 +294,7 @@ class Store:
                 states)
             if review is not None:
                 self.conn.execute(
-                    "INSERT INTO reviews (card_id, at, rating, cram, log_json) VALUES (?, ?, ?, 0, ?)", review)
+                    "INSERT INTO reviews (card_id, at, rating, log_json) VALUES (?, ?, ?, ?)", review)
 
     # -- mock interviews ---------------------------------------------------------
     def record_mock(self, topic: str, question: str, seconds: float, answer: str, covered: list,

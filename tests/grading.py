@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drill import catalog
+from drill import authoring, catalog
+from drill.authoring import base_name, expected_failures  # noqa: F401  (shared with drill dev check)
 from drill.grader.result import GradeResult
 from drill.grader.runner import grade
 
@@ -19,13 +20,4 @@ def grade_path(path: Path, timeout: float | None = None) -> GradeResult:
 
 
 def planted_files() -> list[Path]:
-    return sorted(PLANTED.glob("*/*/*.py"))
-
-
-def expected_failures(path: Path) -> list[str]:
-    lines = path.read_text(encoding="utf-8").splitlines()[:30]
-    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("# expect-fail:")]
-
-
-def base_name(check_name: str) -> str:
-    return check_name.split(" [", 1)[0]
+    return authoring.planted_files(PLANTED)

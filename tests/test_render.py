@@ -11,7 +11,7 @@ from rich.console import Console
 
 from drill.console import THEME
 from drill.grader.result import CheckResult, GradeResult
-from drill.render import report
+from drill.report import report
 
 HINT = "the scores were not scaled: S = Q Kᵀ · scale"
 
@@ -90,7 +90,7 @@ def test_plural():
 
 
 def test_printed_output_shows_under_its_check_bounded_and_labelled():
-    from drill.render import PRINTED_LINES
+    from drill.report import PRINTED_LINES
 
     noisy = CheckResult("prints a lot", "pass", seconds=0.1,
                         output="\n".join(f"debug line {i}" for i in range(50)))

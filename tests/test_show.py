@@ -178,9 +178,7 @@ def test_tiling_animates_and_steps_when_interactive(monkeypatch):
 
 
 def test_render_grid_highlights_one_block():
-    from drill.visual.tiling import block_of, render_grid
-
-    assert block_of(300, 130, 128, 64) == (2, 2)
+    from drill.visual.tiling import render_grid
 
     plain = render_grid(512, 512, 128, 128, causal=True, highlight=(2, 1)).plain
     rows = [line for line in plain.splitlines() if "│" in line]
@@ -335,7 +333,7 @@ def test_decode_pictures_reject_bad_input(args):
 
 def test_show_and_watch_import_no_heavy_module():
     code = ("import sys, drill.cli, drill.commands.show, drill.commands.watch, drill.visual.tiling, "
-            "drill.visual.io, drill.visual.ring, drill.visual.online_softmax, drill.visual.decode; "
+            "drill.visual.traffic, drill.visual.ring, drill.visual.online_softmax, drill.visual.decode; "
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

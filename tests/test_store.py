@@ -271,3 +271,20 @@ def test_a_command_facing_a_lock_says_so_and_leaves_the_file(drill_home):
     assert sorted(p.name for p in drill_home.iterdir()) == ["drill.sqlite3"]
     with Store() as store:
         assert store.passed("flashattention/online-softmax")
+
+
+def test_an_old_database_loses_its_always_zero_cram_column_but_no_review(drill_home):
+    path = drill_home / "drill.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript("CREATE TABLE reviews (id INTEGER PRIMARY KEY AUTOINCREMENT, card_id TEXT NOT NULL, "
+                      "at TEXT NOT NULL, rating INTEGER NOT NULL, cram INTEGER NOT NULL DEFAULT 0, "
+                      "log_json TEXT NOT NULL);"
+                      "INSERT INTO reviews (card_id, at, rating, cram, log_json) VALUES ('c', 't', 3, 0, '{}');")
+    old.commit()
+    old.close()
+    with Store() as store:
+        columns = [row[1] for row in store.conn.execute("PRAGMA table_info(reviews)")]
+        rows = [tuple(row) for row in store.conn.execute("SELECT card_id, rating FROM reviews")]
+    assert rows == [("c", 3)]
+    if sqlite3.sqlite_version_info >= (3, 35):
+        assert "cram" not in columns

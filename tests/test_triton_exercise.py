@@ -25,7 +25,7 @@ STUB = ROOT / "exercises" / "flashattention" / "07_triton_forward.py"
 PLANTED = ROOT / "tests" / "planted" / "flashattention" / "triton-forward"
 HAS_GPU = shutil.which("nvidia-smi") is not None
 # A bare GPU machine compiles a few dozen kernels on the first run: far past the
-# exercise's own 120 s. Later runs hit Triton's on-disk cache.
+# exercise's own limit (EXERCISE.timeout). Later runs hit Triton's on-disk cache.
 GPU_TIMEOUT = 900
 
 

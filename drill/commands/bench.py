@@ -8,20 +8,18 @@ from pathlib import Path
 import click
 
 from drill import exitcodes
-from drill.console import console, fail_line
+from drill.console import console
+from drill.errors import cannot
 from drill.install_hint import missing_package_advice
+from drill.options import json_option
 
 
 JSON_SCHEMA = 1
 
 
-def _cannot(reason: str, as_json: bool) -> None:
-    """Exit 2 with the reason: one line on stderr, or with --json one JSON document on stdout."""
-    if as_json:
-        click.echo(json.dumps({"schema": JSON_SCHEMA, "status": "error", "reason": reason, "rows": []}))
-    else:
-        fail_line(reason)
-    raise SystemExit(exitcodes.CANNOT)
+def error_document(reason: str, given: dict) -> dict:
+    """--json when nothing was measured."""
+    return {"schema": JSON_SCHEMA, "status": "error", "reason": reason, "rows": []}
 
 
 def _gpu_or_reason() -> str:
@@ -72,7 +70,7 @@ def _render(rows: list[dict], title: str) -> None:
 @click.command(name="bench")
 @click.option("--kernel", "kernel_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A Python file defining flash_attention(q, k, v, causal, sm_scale) to time too.")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@json_option("Print the rows as JSON instead of a table.", error_document=error_document)
 @click.option("--quick", is_flag=True, help="One shape (D=128, S=4k), no FlexAttention: under a minute.")
 def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
     """Time the reference FlashAttention kernel against PyTorch SDPA (cuDNN, FLASH, EFFICIENT)
@@ -82,7 +80,7 @@ def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
     """
     reason = _gpu_or_reason()
     if reason:
-        _cannot(reason, as_json)
+        cannot(reason)
 
     import torch
 
@@ -93,7 +91,7 @@ def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
         try:
             user = bench.load_user_kernel(kernel_file)
         except Exception as exc:
-            _cannot(f"cannot load {kernel_file}: {type(exc).__name__}: {exc}", as_json)
+            cannot(f"cannot load {kernel_file}: {type(exc).__name__}: {exc}")
     kw: dict = dict(ds=(128,), seqs=(4096,)) if quick else {}
     impls = [n for n in bench.IMPLS if not (quick and n == "flex")]
     log = (lambda line: None) if as_json else (lambda line: console.print(f"[muted]{line}[/muted]", soft_wrap=True))

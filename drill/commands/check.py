@@ -7,16 +7,25 @@ import json
 import click
 from rich.markup import escape
 
-from drill import catalog, exitcodes, progress
-from drill.attempts import exit_code, grade_file, locate, next_step
-from drill.console import console, fail_line
+from drill import catalog
+from drill.attempts import exit_code, file_to_grade, grade_file, next_step
+from drill.console import console
+from drill.errors import cannot
+from drill.options import json_option
 from drill.paths import shown
 from drill.store import Store
 
 
+def error_document(reason: str, given: dict) -> dict:
+    """--json when nothing could be graded: the result document with status error."""
+    from drill.grader.result import GradeResult
+
+    return GradeResult(exercise="", file=given.get("target") or "", status="error", message=reason).to_json()
+
+
 @click.command(name="check")
 @click.argument("target", metavar="[FILE]", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the report.")
+@json_option("Print one JSON document instead of the report.", error_document=error_document)
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help=f"Seconds before grading stops (default: the exercise's own limit: "
                    f"{catalog.timeouts_in_words()}).")
@@ -36,27 +45,18 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
     Exit code 0: every check passed; 1: some failed; 2: the file could not be graded.
     """
     with Store() as store:
-        if target is None:
-            current = progress.current(store, store.get_setting("topic"))
-            if current is None:
-                _cannot("every exercise is passed; name a file to check it again", "", as_json)
-            if store.workspace(current.topic) is None:
-                _cannot(f"no workspace yet: run `drill start {current.topic}`, or name a file", "", as_json)
-            target = current.file
-        path, reason = locate(target, store)
-        if path is not None and path.is_dir():
-            path, reason = None, f"{target} is a directory; name one exercise file in it"
+        path, reason = file_to_grade(target, store)
         if path is None:
-            _cannot(reason, target, as_json)
+            cannot(reason)
         if keyword is not None and not keyword.strip():
-            _cannot("-k needs part of a check's name, for example -k causal", target, as_json)
+            cannot("-k needs part of a check's name, for example -k causal")
         ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure, repro=repro)
         if ex is None:
-            _cannot(result, target, as_json)
+            cannot(result, target=target or path.name)
         if as_json:
             click.echo(json.dumps(result.to_json()))
         else:
-            from drill.render import report
+            from drill.report import report
 
             piped = not console.is_terminal
             console.print(report(result, f"{ex.key}  ({shown(path.name)})", plain=piped), soft_wrap=piped)
@@ -66,12 +66,3 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
                 console.print(step, soft_wrap=piped)
     raise SystemExit(exit_code(result))
 
-
-def _cannot(reason: str, target: str, as_json: bool) -> None:
-    if as_json:
-        from drill.grader.result import GradeResult
-
-        click.echo(json.dumps(GradeResult(exercise="", file=target, status="error", message=reason).to_json()))
-    else:
-        fail_line(reason)
-    raise SystemExit(exitcodes.CANNOT)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from drill import cards, exitcodes
-from drill.console import console, fail_line
+from drill import cards
+from drill.console import console
+from drill.errors import cannot
 
 
 @click.group(name="export")
@@ -24,20 +25,15 @@ def anki(file: str, topic: str | None) -> None:
 
     path = Path(file).expanduser()
     if path.suffix != ".apkg":
-        _cannot(f"{file}: an Anki package must end in .apkg")
+        cannot(f"{file}: an Anki package must end in .apkg")
     if not path.resolve().parent.is_dir():
-        _cannot(f"{file}: its folder does not exist")
+        cannot(f"{file}: its folder does not exist")
     topics = cards.deck_topics()
     if topic is not None and topic not in topics:
-        _cannot(f"unknown topic {topic!r}; topics with cards: {', '.join(topics)}")
+        cannot(f"unknown topic {topic!r}; topics with cards: {', '.join(topics)}")
     decks = {name: list(cards.load_deck(name).cards) for name in topics if topic in (None, name)}
     try:
         count = exporter.write(path, decks)
     except OSError as exc:
-        _cannot(f"could not write {file}: {exc.strerror or exc}")
+        cannot(f"could not write {file}: {exc.strerror or exc}")
     console.print(f"wrote {count} notes ({', '.join(decks)}) to [accent]{path}[/accent]")
-
-
-def _cannot(reason: str) -> None:
-    fail_line(reason)
-    raise SystemExit(exitcodes.CANNOT)

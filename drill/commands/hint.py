@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from drill import exitcodes, progress
-from drill.console import boxed, console, fail_line
+from drill import catalog, progress
+from drill.console import boxed, console
+from drill.errors import cannot
 from drill.store import Store
 
 
@@ -16,16 +17,13 @@ from drill.store import Store
 def command(exercise: str | None, show_all: bool) -> None:
     """Reveal the next hint for EXERCISE (default: the current exercise)."""
     with Store() as store:
-        ex = progress.resolve(exercise) if exercise else progress.current(store, store.get_setting("topic"))
+        ex = catalog.resolve(exercise) if exercise else progress.current(store, store.get_setting("topic"))
         if ex is None:
             if exercise:
-                fail_line(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
-            else:
-                fail_line("every exercise is passed: there is no current exercise; name one")
-            raise SystemExit(exitcodes.CANNOT)
+                cannot(f"unknown exercise {exercise!r}; known: {catalog.known_ids()}")
+            cannot("every exercise is passed: there is no current exercise; name one")
         if not ex.hints:
-            fail_line(f"{ex.id} has no hints")
-            raise SystemExit(exitcodes.CANNOT)
+            cannot(f"{ex.id} has no hints")
         seen = store.hints_revealed(ex.key)
         if not show_all and seen < len(ex.hints):
             seen += 1

@@ -16,9 +16,10 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.text import Text
 
-from drill import cards, exitcodes, mockinterview
-from drill.commands.quiz import remembered_language
-from drill.console import console, fail_line, interactive
+from drill import cards, mockinterview
+from drill.console import console, interactive
+from drill.errors import cannot
+from drill.language import remembered_language
 from drill.mathtext import render
 from drill.store import Store
 
@@ -55,16 +56,14 @@ def command(topic: str, question_name: str | None, lang: str | None, limit: int)
     """A timed mock interview question on TOPIC (for example flashattention)."""
     topics = [t for t in cards.deck_topics() if mockinterview.main_questions(cards.load_deck(t).cards)]
     if topic not in topics:
-        fail_line(f"unknown topic {topic!r}; topics with mock questions: {', '.join(topics)}")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"unknown topic {topic!r}; topics with mock questions: {', '.join(topics)}")
     questions = mockinterview.main_questions(cards.load_deck(topic).cards)
     with Store() as store:
         if question_name:
             card = mockinterview.find_question(questions, question_name)
             if card is None:
                 names = ", ".join(q.id for q in questions)
-                fail_line(f"unknown question {question_name!r}; questions: {names}")
-                raise SystemExit(exitcodes.CANNOT)
+                cannot(f"unknown question {question_name!r}; questions: {names}")
         else:
             card = mockinterview.least_recently_practised(store, topic, questions)
         lang = remembered_language(store, lang)

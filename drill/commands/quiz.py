@@ -18,8 +18,10 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
-from drill import cards, exitcodes, reviews
-from drill.console import console, fail_line, interactive
+from drill import cards, reviews
+from drill.console import console, interactive
+from drill.errors import cannot
+from drill.language import remembered_language
 from drill.mathtext import render
 from drill.store import Store
 from drill.words import plural
@@ -75,18 +77,20 @@ WORDS = {
 @click.option("--cram", is_flag=True,
               help="Review cards even if not due, without changing the schedule.")
 @click.option("--tag", help="Only cards with this tag (for example main, online-softmax, ring).")
-def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str | None) -> None:
+@click.option("--topic", help="Only this topic's cards (default: every topic).")
+def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str | None, topic: str | None) -> None:
     """Review the follow-up question cards that are due.
 
     Without a terminal, answers are read from standard input, one per line: a
     recall card takes two lines (anything to reveal, then 1-4 or a/h/g/e, empty
     for Good), a numeric or choice card takes one (empty for "don't know").
     """
-    deck = cards.all_cards()
+    if topic is not None and topic not in cards.deck_topics():
+        cannot(f"unknown topic {topic!r}; topics with cards: {', '.join(cards.deck_topics())}")
+    deck = list(cards.load_deck(topic).cards) if topic else cards.all_cards()
     known_tags = sorted({t for card in deck for t in card.tags})
     if tag is not None and tag not in known_tags:
-        fail_line(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}")
     selected = {card.id: card for card in deck if tag is None or tag in card.tags}
     with Store() as store:
         lang = remembered_language(store, lang)
@@ -101,14 +105,6 @@ def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str 
         except (EOFError, KeyboardInterrupt):
             console.print()
         session.print_summary(_next_due_line(store, selected, lang))
-
-
-def remembered_language(store: Store, lang: str | None) -> str:
-    if lang:
-        store.set_setting("lang", lang)
-        return lang
-    saved = store.get_setting("lang", "en")
-    return saved if saved in cards.LANGS else "en"
 
 
 # -- reading answers ---------------------------------------------------------

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from drill import catalog, exitcodes, progress, stubs
+from drill import catalog, stubs
 from drill.attempts import search_folders
-from drill.console import console, fail_line
+from drill.console import console
+from drill.errors import cannot
 from drill.paths import shown
 from drill.store import Store
 
@@ -25,11 +26,11 @@ def command(exercise: str) -> None:
     if given.is_file():
         ex, path = catalog.identify(given), given
         if ex is None:
-            _cannot(f"{shown(given)} is not a drill exercise; name one of: {progress.known_ids()}")
+            cannot(f"{shown(given)} is not a drill exercise; name one of: {catalog.known_ids()}")
     else:
-        ex = progress.resolve(exercise)
+        ex = catalog.resolve(exercise)
         if ex is None:
-            _cannot(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
+            cannot(f"unknown exercise {exercise!r}; known: {catalog.known_ids()}")
         with Store() as store:
             folders = search_folders(store)
             home = store.workspace(ex.topic)
@@ -39,19 +40,14 @@ def command(exercise: str) -> None:
         elif home is not None and home.is_dir():
             path = home / ex.file  # missing from the workspace: put it back
         else:
-            _cannot(f"no {ex.file} here and no {ex.topic} workspace: run drill start {ex.topic}")
+            cannot(f"no {ex.file} here and no {ex.topic} workspace: run drill start {ex.topic}")
     try:
         backup = stubs.restore(ex, path)
     except OSError as exc:
-        _cannot(f"could not reset {shown(path)}: {exc.strerror or exc}")
+        cannot(f"could not reset {shown(path)}: {exc.strerror or exc}")
     where = shown(path)
     if backup is None:
         console.print(f"{where} is the fresh stub of {ex.id}; nothing to keep.", soft_wrap=True, markup=False)
     else:
         console.print(f"reset {where} to the stub; your version is in {shown(backup.name)}",
                       soft_wrap=True, markup=False)
-
-
-def _cannot(reason: str) -> None:
-    fail_line(reason)
-    raise SystemExit(exitcodes.CANNOT)

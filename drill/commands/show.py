@@ -7,21 +7,16 @@ from pathlib import Path
 
 import click
 
-from drill import exitcodes
-from drill.console import console, fail_line, interactive
+from drill.console import console, interactive
+from drill.errors import cannot
 
 
 WORKED_EXAMPLE = ("1", "3", "2", "5")  # the row of exercise 01's docstring and its cards
 
 
-def _cannot(reason: str) -> None:
-    fail_line(reason)
-    raise SystemExit(exitcodes.CANNOT)
-
-
 def _check_bytes(dtype_bytes: int) -> None:
     if not 1 <= dtype_bytes <= 16:
-        _cannot(f"--bytes must be the size of one element, 1 to 16 (got {dtype_bytes})")
+        cannot(f"--bytes must be the size of one element, 1 to 16 (got {dtype_bytes})")
 
 
 @click.group(name="show", invoke_without_command=True)
@@ -61,10 +56,10 @@ def tiling(s: int, d: int, br: int, bc: int, causal: bool, by_key: bool, delay: 
 
     reason = tv.validate(s, d, br, bc)
     if reason:
-        _cannot(reason)
+        cannot(reason)
     _check_bytes(dtype_bytes)
     if delay is not None and not 0 <= delay <= 60:
-        _cannot(f"--delay must be between 0 and 60 seconds (got {delay})")
+        cannot(f"--delay must be between 0 and 60 seconds (got {delay})")
     t = tv.Tiling(s, s, d, br, bc, causal)
     if not interactive() or not t.drawable:
         console.print(tv.summary(t, dtype_bytes))
@@ -124,7 +119,7 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
     from drill.visual import online_softmax as ov
 
     if block < 1:
-        _cannot(f"--block must be at least 1 (got {block})")
+        cannot(f"--block must be at least 1 (got {block})")
     if not values:
         # No row given: the worked example of exercise 01 and its cards, in blocks of two.
         values = WORKED_EXAMPLE
@@ -134,7 +129,7 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
     try:
         row = ov.parse_values(values)
     except ov.BadRow as exc:
-        _cannot(str(exc))
+        cannot(str(exc))
     console.print(ov.summary(row, block))
 
 
@@ -153,15 +148,15 @@ def online_softmax(values: tuple[str, ...], block: int) -> None:
 def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dtype_bytes: int,
        plot_path: str | None) -> None:
     """HBM traffic, K/V re-reads, FLOPs and the roofline of standard attention and FlashAttention-2."""
-    from drill.visual import io as iov
+    from drill.visual import traffic as iov
 
     if s_max <= 0 or s_max > iov.MAX_S:
-        _cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
+        cannot(f"--s must be between 1 and {iov.MAX_S:,} (got {s_max})")
     if d <= 0 or d > 65536:
-        _cannot(f"--d must be a positive head dimension (got {d})")
+        cannot(f"--d must be a positive head dimension (got {d})")
     for name, value in (("--br", br), ("--bc", bc)):
         if value is not None and not 0 < value <= iov.MAX_S:
-            _cannot(f"{name} must be a positive whole number of rows (got {value})")
+            cannot(f"{name} must be a positive whole number of rows (got {value})")
     _check_bytes(dtype_bytes)
     how = None
     auto_br, auto_bc = iov.DEFAULT_BR, iov.DEFAULT_BC
@@ -169,12 +164,12 @@ def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dty
         try:
             m, how = iov.parse_sram(sram, dtype_bytes)
         except iov.BadInput as exc:
-            _cannot(str(exc))
+            cannot(str(exc))
         auto_br, auto_bc = iov.block_sizes(m, d)
     if plot_path and not Path(plot_path).expanduser().resolve().parent.is_dir():
-        _cannot(f"--plot {plot_path}: its folder does not exist")
+        cannot(f"--plot {plot_path}: its folder does not exist")
     if plot_path and not _has_matplotlib():
-        _cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
+        cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
     br, bc = br or auto_br, bc or auto_bc
     console.print(iov.summary(s_max, d, br, bc, dtype_bytes, how if (br, bc) == (auto_br, auto_bc) else None))
     if plot_path:
@@ -182,12 +177,12 @@ def io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dty
 
 
 def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
-    from drill.visual import io as iov
+    from drill.visual import traffic as iov
 
     try:
         iov.plot(path, s_max, d, br, dtype_bytes)
     except (OSError, ValueError) as exc:
-        _cannot(f"could not write the plot to {path}: {exc}")
+        cannot(f"could not write the plot to {path}: {exc}")
     console.print(f"wrote [accent]{path}[/accent]")
 
 
@@ -211,7 +206,7 @@ def ring(world: int, causal: bool, zigzag: bool) -> None:
 
     reason = rv.validate(world)
     if reason:
-        _cannot(reason)
+        cannot(reason)
     console.print(rv.summary(world, causal, zigzag))
 
 
@@ -224,7 +219,7 @@ def splits(sk: int, num_splits: int) -> None:
 
     reason = dv.validate_splits(sk, num_splits)
     if reason:
-        _cannot(reason)
+        cannot(reason)
     console.print(dv.splits_summary(sk, num_splits))
 
 
@@ -239,8 +234,8 @@ def pages(seq_lens: str, page: int, shared: int) -> None:
     try:
         lens = [int(x) for x in seq_lens.split(",") if x.strip()]
     except ValueError:
-        _cannot(f"--seq-lens must be comma-separated integers (got {seq_lens!r})")
+        cannot(f"--seq-lens must be comma-separated integers (got {seq_lens!r})")
     reason = dv.validate_pages(lens, page, shared)
     if reason:
-        _cannot(reason)
+        cannot(reason)
     console.print(dv.pages_summary(lens, page, shared))

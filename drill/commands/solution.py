@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 from rich.syntax import Syntax
 
-from drill import exitcodes, progress
-from drill.console import console, err_console, fail_line
+from drill import catalog
+from drill.console import console, err_console
+from drill.errors import cannot
 from drill.store import Store
 
 
@@ -15,16 +16,14 @@ from drill.store import Store
 @click.option("--force", is_flag=True, help="Show it even though you have not passed yet.")
 def command(exercise: str, force: bool) -> None:
     """Show the reference solution of EXERCISE (after you pass it, or with --force)."""
-    ex = progress.resolve(exercise)
+    ex = catalog.resolve(exercise)
     if ex is None:
-        fail_line(f"unknown exercise {exercise!r}; known: {progress.known_ids()}")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"unknown exercise {exercise!r}; known: {catalog.known_ids()}")
     with Store() as store:
         passed = store.passed(ex.key)
     if not passed and not force:
-        fail_line(f"you have not passed {ex.id} yet; the solution opens after a pass. "
-                  f"Try `drill hint {ex.id}`, or `drill solution {ex.id} --force` to see it anyway.")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"you have not passed {ex.id} yet; the solution opens after a pass. "
+               f"Try `drill hint {ex.id}`, or `drill solution {ex.id} --force` to see it anyway.")
     if not passed:
         err_console.print("[warn]Showing the solution before you have passed: reading it now makes the "
                       "exercise much less useful.[/warn]")

@@ -9,15 +9,16 @@ import click
 from rich.markdown import Markdown
 from rich.text import Text
 
-from drill import catalog, exitcodes, paths, progress
-from drill.console import boxed, console, fail_line
+from drill import catalog, paths, progress
+from drill.console import boxed, console
+from drill.errors import cannot
 from drill.store import Store
 from drill.words import plural
 
 
 def workspace_readme(topic: catalog.Topic) -> str:
     lines = [f"# {topic.title} drill", "", "Edit each file, then grade it:", "",
-             "    drill check 01_online_softmax.py", "",
+             f"    drill check {topic.exercises[0].file}", "",
              "Stuck? `drill hint`. Progress: `drill status`. Follow-up questions: `drill quiz --followups`.",
              "", "| # | file | exercise | needs |", "|---|---|---|---|"]
     for ex in topic.exercises:
@@ -76,18 +77,15 @@ def _warn_if_in_a_repository(target: Path, topic: str) -> None:
 def command(topic: str, directory: Path | None) -> None:
     """Lay out a workspace for TOPIC and show the intro and the first exercise."""
     if topic not in catalog.topic_names():
-        fail_line(f"unknown topic {topic!r}; known topics: {', '.join(catalog.topic_names())}")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"unknown topic {topic!r}; known topics: {', '.join(catalog.topic_names())}")
     spec = catalog.load_topic(topic)
     target = (directory or default_target(spec)).resolve()
     if target.exists() and not target.is_dir():
-        fail_line(f"{target} exists and is not a directory")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"{target} exists and is not a directory")
     try:
         written, kept = lay_out(spec, target)
     except OSError as exc:
-        fail_line(f"could not write the workspace in {target}: {exc.strerror or exc}")
-        raise SystemExit(exitcodes.CANNOT)
+        cannot(f"could not write the workspace in {target}: {exc.strerror or exc}")
     with Store() as store:
         store.set_workspace(topic, target)
         store.set_setting("topic", topic)
@@ -104,8 +102,7 @@ def command(topic: str, directory: Path | None) -> None:
     if directory is None:
         _warn_if_in_a_repository(target, topic)
     if following is None:
-        console.print(Markdown("Every exercise is passed. Next: `drill quiz --followups` and "
-                               f"`drill mock {topic}`."))
+        console.print(progress.all_passed_step(topic), soft_wrap=True)
         return
     label = "First exercise" if following == spec.exercises[0] else "Next exercise"
     console.print(Markdown(

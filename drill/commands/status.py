@@ -42,5 +42,4 @@ def command(as_json: bool) -> None:
         console.print(f"Next: edit [accent]{workspace / following.file}[/accent], then "
                       f"[accent]drill check {following.file}[/accent].")
     else:
-        console.print("Every exercise passed. Next: [accent]drill quiz --followups[/accent] and "
-                      f"[accent]drill mock {topic}[/accent].")
+        console.print(progress.all_passed_step(topic))

@@ -25,8 +25,9 @@ from rich.console import Group
 from rich.text import Text
 
 from drill import catalog, exitcodes, progress
-from drill.attempts import exit_code, grade_file, locate, next_step
-from drill.console import console, fail_line, interactive
+from drill.attempts import exit_code, file_to_grade, grade_file, next_step
+from drill.console import console, interactive
+from drill.errors import cannot
 from drill.paths import shown
 from drill.store import Store
 
@@ -53,31 +54,6 @@ class Cycle:
         return exit_code(self.result)
 
 
-def resolve_target(target: str | None, store: Store) -> tuple[Path | None, str]:
-    """The file to watch: FILE as `drill check` finds it, else the current exercise in the workspace."""
-    if target:
-        path, reason = locate(target, store)
-        if path is not None and path.is_dir():
-            return None, f"{target} is a directory; name one exercise file in it"
-        return path, reason
-    topics = catalog.topic_names()
-    chosen = store.get_setting("topic")
-    order = ([chosen] if chosen in topics else []) + [t for t in topics if t != chosen]
-    for topic in order:
-        home = store.workspace(topic)
-        if home is None:
-            continue
-        ex = progress.current(store, topic)
-        if ex is None:
-            return None, f"every {topic} exercise has passed; name a file to watch: drill watch FILE"
-        path = home / ex.file
-        if not path.is_file():
-            return None, f"{path} is missing; run drill start {topic} again to restore it"
-        return path, ""
-    first = topics[0] if topics else "flashattention"
-    return None, f"no workspace yet: run drill start {first} first, or name a file: drill watch FILE"
-
-
 def run_cycle(path: Path, store: Store, timeout: float | None = None) -> Cycle:
     """Grade `path` once (recording the attempt, as `drill check` does)."""
     if not path.is_file():
@@ -100,7 +76,7 @@ def run_cycle(path: Path, store: Store, timeout: float | None = None) -> Cycle:
 
 def render_cycle(cycle: Cycle, store: Store, keys: bool = False, instant: bool = True) -> Group:
     """The latest report, then what to do next."""
-    from drill.render import report
+    from drill.report import report
 
     parts = []
     if keys:
@@ -118,8 +94,7 @@ def render_cycle(cycle: Cycle, store: Store, keys: bool = False, instant: bool =
     if cycle.result.status == "pass":
         nxt = cycle.next_exercise
         if nxt is None:
-            parts.append(Text.from_markup(
-                f"Every exercise passed: try [accent]drill mock {cycle.exercise.topic}[/accent]"))
+            parts.append(Text.from_markup(progress.all_passed_step(cycle.exercise.topic)))
         elif cycle.next_path and keys:
             parts.append(Text.from_markup(
                 f"Next: [accent]{nxt.file}[/accent] ({nxt.title}). Press [accent]n[/accent]"
@@ -293,16 +268,14 @@ def command(target: str | None, once: bool, timeout: float | None) -> None:
     Enter re-runs by hand, n moves on to the next exercise after a pass, q (or Ctrl-C) quits.
     """
     with Store() as store:
-        path, reason = resolve_target(target, store)
+        path, reason = file_to_grade(target, store)
         if path is None:
-            fail_line(reason)
-            raise SystemExit(exitcodes.CANNOT)
+            cannot(reason)
         if once:
             cycle = run_cycle(path, store, timeout)
             if cycle.result is None:
-                fail_line(cycle.reason)
-            else:
-                console.print(render_cycle(cycle, store), soft_wrap=not console.is_terminal)
+                cannot(cycle.reason)
+            console.print(render_cycle(cycle, store), soft_wrap=not console.is_terminal)
             raise SystemExit(cycle.exit_code)
         events: queue.Queue = queue.Queue()
         try:

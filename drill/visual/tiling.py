@@ -212,11 +212,6 @@ def sram_elements(t: Tiling, i: int = 0, j: int = 0) -> int:
     return sum(_prod(shape) for name, shape, _ in sram_tiles(t, i, j) if name != "P̃_ij")
 
 
-def block_of(row: int, col: int, br: int, bc: int) -> tuple[int, int]:
-    """The block (i, j) holding score entry (row, col): where a check can point on the grid."""
-    return row // br, col // bc
-
-
 # -- drawing ------------------------------------------------------------------
 
 

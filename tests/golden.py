@@ -1,0 +1,99 @@
+"""Golden report files: per exercise, a passing, a failing and an ungradable submission, with the
+--json document and the plain report each must produce (exercism keeps results.json the same way).
+
+    pass: the solution; fail: one planted file (FAILING); error: the solution with one edit (BROKEN)
+    tests/golden/<topic>/<id>/<case>.json   the expected `drill check --json` document, normalised
+    tests/golden/<topic>/<id>/<case>.txt    the expected plain report, normalised
+
+Regenerate after an intended change with DRILL_REGOLD=1 (then read the diff before committing).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+from rich.console import Console
+
+from drill import authoring, catalog
+from drill.console import THEME
+from drill.grader.result import GradeResult
+from drill.report import report
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+PLANTED = ROOT / "tests" / "planted"
+EXERCISES = ["online-softmax", "tiling-shapes", "flash-forward", "lse-merge", "flash-backward"]
+CASES = ("pass", "fail", "error")
+FAILING = {"online-softmax": "l_not_rescaled", "tiling-shapes": "floor_instead_of_ceil",
+           "flash-forward": "missing_scale", "lse-merge": "weights_swapped", "flash-backward": "dq_missing_scale"}
+# (text in the solution, what replaces it): each makes the file ungradable in another way.
+BROKEN = {
+    "online-softmax": ("def online_softmax(", "def online_softmax(:"),  # a syntax error
+    "tiling-shapes": ("def hbm_elements(", "def hbm_elements_renamed("),  # a function missing
+    "flash-forward": ("import numpy as np", "import numpy as np\nimport scipy_not_installed_here"),
+    "lse-merge": ("import numpy as np", "import numpy as np\n\nTABLE = {}[\"missing\"]"),  # raises on import
+    "flash-backward": ("def flash_attention_backward(", "  def flash_attention_backward("),  # bad indent
+}
+WIDTH = 100
+
+# Figures that differ from run to run: times, and measured memory.
+VOLATILE = [
+    (re.compile(r"\d+(\.\d+)?\s?(ms|s)\b"), "<time>"),
+    (re.compile(r"\d+(\.\d+)?\s?(KB|MB|GB|KiB|MiB|GiB|kB)\b"), "<size>"),
+]
+
+
+def submission(ex: catalog.Exercise, case: str, folder: Path) -> Path:
+    if case == "pass":
+        return ex.solution_path
+    if case == "fail":
+        return PLANTED / ex.topic / ex.id / f"{FAILING[ex.id]}.py"
+    old, new = BROKEN[ex.id]
+    text = ex.solution_path.read_text(encoding="utf-8")
+    assert old in text, f"{ex.solution_path} no longer contains {old!r}: update BROKEN in tests/golden.py"
+    path = folder / "broken" / ex.file
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+def normalised_text(text: str, folder: str) -> str:
+    text = text.replace(folder, "<dir>")
+    # Whether Landlock confines the subject depends on the machine's kernel, not the submission.
+    text = re.sub(r"sandbox: (full|partial)", "sandbox: <level>", text)
+    for pattern, mark in VOLATILE:
+        text = pattern.sub(mark, text)
+    return text
+
+
+def normalised_json(result: GradeResult, folder: str) -> dict:
+    doc = result.to_json()
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {k: (0.0 if k == "seconds" else "<level>" if k == "sandbox" else walk(v))
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, str):
+            return normalised_text(value, folder)
+        return value
+
+    return walk(doc)
+
+
+def plain_report(result: GradeResult, ex: catalog.Exercise) -> str:
+    out = io.StringIO()
+    Console(file=out, width=WIDTH, color_system=None, theme=THEME).print(
+        report(result, f"{ex.key}  ({ex.file})", plain=True), soft_wrap=True)
+    return out.getvalue()
+
+
+def produce(ex: catalog.Exercise, case: str, folder: Path) -> tuple[str, str]:
+    """(JSON document, plain report) for one case, both normalised, as stored in the golden files."""
+    result = authoring.grade_copy(ex, submission(ex, case, folder), folder)
+    doc = json.dumps(normalised_json(result, str(folder)), indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+    return doc, normalised_text(plain_report(result, ex), str(folder))
