@@ -17,9 +17,9 @@ from drill.grader.proxy import memory_measured
 # The full score matrix at the memory-check size, and the most a tiled call may hold.
 # Large enough that one sq×sk array stands far above the noise of a Python process (lazy
 # imports, allocator slack): the limit sits between the tiles and a full boolean mask.
-MEMORY_SIZE = 6144
-FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 288 MiB
-PEAK_LIMIT_BYTES = 16 * 2**20  # a full bool mask (36 MiB) is an sq×sk array too; inputs are ~0.8 MiB each
+MEMORY_SIZE = 4096
+FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 128 MiB
+PEAK_LIMIT_BYTES = 12 * 2**20  # a full bool mask (16 MiB) is an sq×sk array too; inputs are 0.5 MiB each
 
 
 def default_scale(d: int, scale) -> float:

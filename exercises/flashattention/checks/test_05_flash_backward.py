@@ -267,7 +267,7 @@ def test_key_permutation(sub, rng):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
 def test_memory(sub, rng, causal):
-    """Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix"""
+    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix"""
     n, d = MEMORY_SIZE, 16
     Q, K, V, dO = (rng.normal(size=(n, d)) for _ in range(4))
     scale = default_scale(d, None)

@@ -4,7 +4,7 @@
 # expect-fail: Causal with sq > sk: rows with L = -inf add nothing and get dQ = 0, no NaN, no warning
 # expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
 # expect-fail: dQ, dK and dV agree with finite differences of sum(O ∘ dO) at sampled entries
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the causal mask uses < instead of <=, hiding the diagonal."""
 
 import math

@@ -10,7 +10,7 @@
 # expect-fail: The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed
 # expect-fail: dQ, dK and dV agree with finite differences of sum(O ∘ dO) at sampled entries
 # expect-fail: Shuffling the rows of K and V shuffles the rows of dK and dV the same way, and leaves dQ alone
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 # expect-fail: Q, K, V, O, L and dO are not modified
 """Planted mistake: D is computed from V instead of the forward output O."""
 

@@ -9,7 +9,7 @@
 # expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
 # expect-fail: The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed
 # expect-fail: dQ, dK and dV agree with finite differences of sum(O ∘ dO) at sampled entries
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: dS has the wrong sign: P * (D - dP)."""
 
 import math

@@ -1,6 +1,6 @@
 # drill: flashattention/flash-backward
 # planted: the whole sq x sk matrix P is rebuilt up front
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the whole sq x sk matrix P is rebuilt up front."""
 
 import math

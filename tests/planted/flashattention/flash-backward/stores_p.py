@@ -1,7 +1,7 @@
 # drill: flashattention/flash-backward
 # planted: a first sweep stores every P block, a second sweep uses them: P is held whole and K/V read twice
 # expect-fail: Score blocks are recomputed from Q and K in blocks, D from dO and O once
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 import math
 
 import numpy as np

@@ -8,7 +8,7 @@
 # expect-fail: Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning
 # expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
 # expect-fail: Shuffling the rows of K and V together leaves O and L unchanged
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the accumulator is not rescaled by exp(m_old - m_new) when the max grows."""
 
 import math

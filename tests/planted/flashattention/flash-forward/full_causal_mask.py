@@ -1,6 +1,6 @@
 # drill: flashattention/flash-forward
 # planted: the causal mask is built once as a full sq x sk boolean array
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the causal mask is built once as a full sq x sk boolean array."""
 
 import math

@@ -1,6 +1,6 @@
 # drill: flashattention/flash-forward
 # planted: the whole sq x sk score matrix is computed up front and sliced per block
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the whole sq x sk score matrix is computed up front and sliced per block."""
 
 import math

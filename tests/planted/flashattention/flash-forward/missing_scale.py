@@ -9,7 +9,7 @@
 # expect-fail: Causal with sq > sk: rows that see no key give O = 0 and L = -inf, no NaN, no warning
 # expect-fail: Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy
 # expect-fail: Adding one vector to every key shifts each row's scores by a constant: O stays, L moves by it
-# expect-fail: Peak memory at sq = sk = 6144 (Br = Bc = 128) stays far below one score matrix
+# expect-fail: Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix
 """Planted mistake: the scores are never multiplied by the scale."""
 
 import math
