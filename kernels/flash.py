@@ -62,12 +62,8 @@ import triton.language as tl
 import triton.runtime.errors
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-# The kernels exponentiate in base 2 (exp2 is the fast instruction): the host folds LOG2E into
-# the softmax scale, the kernels turn a natural-log LSE into base 2 and back. Kernels may read
-# only constexpr globals, hence the wrapped copies.
 LOG2E = 1.4426950408889634
-LOG2E_JIT = tl.constexpr(LOG2E)
-LN2_JIT = tl.constexpr(0.6931471805599453)
+LN2 = 0.6931471805599453
 
 
 # --------------------------------------------------------------------------- helpers
@@ -158,38 +154,6 @@ def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.conste
     return tl.reshape(tl.join(tl.math.exp2(a), eb), [BLOCK_M, BLOCK_N])
 
 
-@triton.jit
-def _query_block(H, G, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    """This program's query block: (off_hz, batch, head, its key/value head, first row)."""
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        # heavy (late) query blocks first, so the short ones fill the tail of the grid
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_hz = tl.program_id(1)
-    b = (off_hz // H).to(tl.int64)
-    h = off_hz % H
-    hk = h // G  # the key/value head of this query head's group
-    return off_hz, b, h, hk, pid_m * BLOCK_M
-
-
-@triton.jit
-def _causal_bounds(start_m, SQ, SK, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """Which keys a query block visits, shared by forward and dQ so the mask is written once.
-
-    Keys [0, full_end) need no mask, [full_end, diag_end) straddle the diagonal, later ones are
-    never visited. The mask is aligned bottom-right: row i sees keys j <= i + shift.
-    """
-    if CAUSAL:
-        shift = SK - SQ
-        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
-        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
-    else:
-        shift = 0
-        full_end = SK // BLOCK_N * BLOCK_N
-        diag_end = SK
-    return shift, full_end, diag_end
-
-
 # --------------------------------------------------------------------------- forward
 
 
@@ -258,7 +222,15 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 H, G, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                 MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
-    off_hz, b, h, hk, start_m = _query_block(H, G, BLOCK_M, CAUSAL)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # heavy (late) query blocks first, so the short ones fill the tail of the grid
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
+    b = (off_hz // H).to(tl.int64)
+    h = off_hz % H
+    hk = h // G  # the key/value head of this query head's group
+    start_m = pid_m * BLOCK_M
 
     q_off = b * sqb + h * sqh
     q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
@@ -279,7 +251,14 @@ def _fwd_kernel(Q, K, V, O, LSE,
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
 
-    shift, full_end, diag_end = _causal_bounds(start_m, SQ, SK, BLOCK_M, BLOCK_N, CAUSAL)
+    if CAUSAL:
+        shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
+        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
+        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    else:
+        shift = 0
+        full_end = SK // BLOCK_N * BLOCK_N
+        diag_end = SK
     rows_shifted = rows + shift
     if PREFETCH:
         acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
@@ -294,7 +273,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
 
     empty = l_i == 0.0  # rows that saw no key
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2_JIT)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
     _store_rows(o_src, o_r0, o_c0, start_m, SQ, sos, o.to(q.dtype), BLOCK_M, D, MODE)
 
@@ -320,7 +299,7 @@ def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
     if HAS_DLSE:
         delta -= tl.load(DLSE + off_hz * SQ + rows, mask=in_seq, other=0.0)
     lse = tl.load(LSE + off_hz * SQ + rows, mask=in_seq, other=0.0)
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_JIT)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     tl.store(DELTA + off_hz * SQ + rows, delta, mask=in_seq)
     tl.store(LSE2 + off_hz * SQ + rows, lse2, mask=in_seq)
 
@@ -442,7 +421,14 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
                   H, G, SQ, SK, sm_scale, qk_scale,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                   MODE: tl.constexpr, PREC: tl.constexpr):
-    off_hz, b, h, hk, start_m = _query_block(H, G, BLOCK_M, CAUSAL)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
+    b = (off_hz // H).to(tl.int64)
+    h = off_hz % H
+    hk = h // G
+    start_m = pid_m * BLOCK_M
 
     q_off = b * sqb + h * sqh
     q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
@@ -467,7 +453,14 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
     delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
 
-    shift, full_end, diag_end = _causal_bounds(start_m, SQ, SK, BLOCK_M, BLOCK_N, CAUSAL)
+    if CAUSAL:
+        shift = SK - SQ
+        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
+        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    else:
+        shift = 0
+        full_end = SK // BLOCK_N * BLOCK_N
+        diag_end = SK
     rows_shifted = rows + shift
     dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, 0, full_end,
                       rows_shifted, qk_scale, BLOCK_N, D, False, CAUSAL, MODE, PREC)
