@@ -11,7 +11,6 @@ datasheet's 4.8 TB/s and the copy bandwidth measured in the same run.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from pathlib import Path
