@@ -374,6 +374,7 @@ class MemoryGroup:
             base = Path(root)
             if not (base / peak_file).exists() and not (base / "cgroup.procs").exists():
                 continue
+            _remove_stale_groups(base)
             path = base / name
             try:
                 path.mkdir()
@@ -409,3 +410,14 @@ class MemoryGroup:
                 return
             except OSError:
                 time.sleep(0.01)  # the killed processes are still leaving
+
+
+def _remove_stale_groups(base: Path) -> None:
+    """Empty groups left by a grader that was killed (named drill-<its pid>-<n>): remove them."""
+    for path in base.glob("drill-*-*"):
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            try:
+                path.rmdir()  # fails, harmlessly, while processes are still inside
+            except OSError:
+                pass

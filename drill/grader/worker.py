@@ -37,7 +37,7 @@ def main() -> int:
     )
 
     def stop(signum, frame):
-        sandbox.end_tree()
+        subject.close()  # ends the tree and removes its memory cgroup
         os._exit(3)
 
     signal.signal(signal.SIGTERM, stop)
