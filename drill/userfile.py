@@ -17,9 +17,11 @@ class UnreadableFile(Exception):
     """The file is not something drill will read; the message says why, in one line."""
 
 
-def read_bytes(path: Path, limit: int = LIMIT_BYTES) -> bytes:
+def read_bytes(path: Path, limit: int = LIMIT_BYTES, follow_links: bool = True) -> bytes:
+    """The file's bytes, or UnreadableFile. follow_links=False for files an untrusted process wrote."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise UnreadableFile(f"cannot read {os.fsdecode(path)}: {exc.strerror}") from None
     try:

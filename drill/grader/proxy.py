@@ -18,7 +18,6 @@ import io
 import os
 import select
 import shutil
-import stat
 import subprocess
 import time
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drill import userfile
 from drill.grader import protocol, sandbox
 
 HERE = Path(__file__).parent
@@ -325,17 +325,9 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     """The bytes of a regular file the subject wrote; None if it is missing, not a regular file
     (a FIFO, a device, a link) or over `limit` bytes. Never blocks."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        return userfile.read_bytes(path, limit, follow_links=False)
+    except userfile.UnreadableFile:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        data = os.read(fd, info.st_size + 1)
-        return data if len(data) <= limit else None
-    finally:
-        os.close(fd)
 
 
 def load_array(path: Path, limit: int):
