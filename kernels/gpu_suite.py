@@ -300,7 +300,8 @@ def _grade_solution(ctx: Context, file: str, json_name: str) -> StepResult:
             lines += ["", note, ""] if note.startswith("speed") else [f"- {note}"]
     for line in doc.get("notes", []):
         ctx.log("  " + line)
-    ratios = [n.split(" | ")[-2] for n in doc.get("notes", []) if " | " in n and not n.startswith("B H S")]
+    ratios = [cell for n in doc.get("notes", []) if " | " in n
+              for cell in [n.split(" | ")[-2]] if cell.replace(".", "", 1).isdigit()]  # yours/reference
     summary = f"{doc.get('status')}: {doc.get('message', '')}" + (
         f"; yours/reference {', '.join(ratios)}" if ratios else "")
     import shutil

@@ -1,0 +1,52 @@
+"""Subject-side helper for the triton-decode speed check (runs in the untrusted subject).
+
+The grader copies this file beside subject.py. One request is one timed call: the K/V cache
+is drawn here from its seed once per shape (it would cost more to send than to read), q is
+drawn fresh from the seed in each request, and the user's flash_decode runs on them. The
+grader draws the same tensors from the same seeds to check every output, and picks the
+seeds at random, so no call can be answered before its request arrives.
+
+Standard library and torch only: nothing of drill is importable here. The trusted side
+imports the drawing functions from this file too, so both sides draw alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_CACHE: dict = {}
+
+
+def draw_cache(spec: dict, device: str):
+    """k, v [B, Hkv, S, D] from spec["kv_seed"], in spec["dtype"]."""
+    gen = torch.Generator(device=device).manual_seed(int(spec["kv_seed"]))
+    shape = (int(spec["B"]), int(spec["Hkv"]), int(spec["S"]), int(spec["D"]))
+    dtype = getattr(torch, str(spec["dtype"]))
+    return tuple(torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype) for _ in range(2))
+
+
+def draw_q(spec: dict, seed: int, device: str) -> torch.Tensor:
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    shape = (int(spec["B"]), int(spec["Hq"]), int(spec["D"]))
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(getattr(torch, str(spec["dtype"])))
+
+
+def seeded(fn, args, kwargs, spec: dict, user_file: str):
+    """One call of fn(q, k_cache, v_cache, seq_lens) on drawn inputs; the output back as int16 bits."""
+    device = str(spec["device"])
+    key = tuple(sorted((k, v) for k, v in spec.items() if k != "q_seed"))
+    if key not in _CACHE:
+        _CACHE.clear()  # one shape at a time: the caches are large
+        _CACHE[key] = draw_cache(spec, device) + (
+            torch.full((int(spec["B"]),), int(spec["S"]), dtype=torch.int32, device=device),)
+    k, v, seq_lens = _CACHE[key]
+    q = draw_q(spec, spec["q_seed"], device)
+    out = fn(q, k, v, seq_lens)
+    plain = type(out) is torch.Tensor
+    observed = {"type": type(out).__name__, "plain": plain}
+    result = None
+    if plain:
+        observed.update(shape=list(out.shape), dtype=str(out.dtype).removeprefix("torch."), device=str(out.device))
+        if out.dtype in (torch.float16, torch.bfloat16):
+            result = out.detach().contiguous().view(torch.int16).cpu().numpy()
+    return {"result": result, "observed": observed}
