@@ -129,6 +129,14 @@ def test_split_count_fills_the_gpu():
     assert 1 <= pick(8, 8, 32768, 132) <= 8
 
 
+def test_tuner_times_split_counts_that_fill_whole_waves():
+    counts = decode_mod.split_counts(1, 8, 131072, 132, 64)
+    assert {17, 33, 66} <= set(counts)  # 8 programs per split: 1, 2 and 4 per SM
+    assert decode_mod.pick_num_splits(1, 8, 131072, 132, 64) in counts
+    assert decode_mod.split_counts(1, 8, 100, 132, 64) == [1, 2]  # never more splits than blocks of keys
+    assert max(decode_mod.split_counts(1, 1, 10**6, 132, 16)) <= 256
+
+
 # --------------------------------------------------------------------------- GPU
 
 
