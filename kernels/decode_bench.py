@@ -70,6 +70,30 @@ def _host_us(fn, calls=200) -> float:
     return (t1 - t0) / calls * 1e6
 
 
+def launch_us() -> dict:
+    """Host µs per launch of Triton kernels that do nothing, with 1 and with 24 arguments (as many
+    as the split kernel's non-constexpr ones): the floor of any Triton call's host cost here."""
+    import torch
+    import triton
+
+    @triton.jit
+    def one(X):
+        pass
+
+    @triton.jit
+    def many(A, B, C, D, E, F, G, H, I, a, b, c, d, e, f, g, h, i, j, k, l, m, n, o):
+        pass
+
+    x = torch.zeros(16, device="cuda")
+    ints = list(range(3, 18))
+    out = {}
+    for name, launch in (("1 argument", lambda: one[(1,)](x)),
+                         ("24 arguments", lambda: many[(1,)](*[x] * 9, *ints))):
+        launch()
+        out[name] = _host_us(launch, calls=2000)
+    return out
+
+
 def copy_tbs() -> float:
     """Device-to-device copy of 2 GiB, counting bytes read and written."""
     import torch
@@ -256,6 +280,10 @@ def run(quick: bool = False, no_flex: bool = False, log=print) -> dict:
     head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}; "
             f"bf16, D = {D}, one query row per sequence; TB/s of K+V read, do_bench medians (L2 flushed "
             f"between calls); errors against fp32 attention on the upcast inputs.")
+    launches = launch_us()
+    log("Triton launch, host µs: " + ", ".join(f"{k} {v:.1f}" for k, v in launches.items()))
+    head += (" Host µs per launch of an empty Triton kernel: "
+             + ", ".join(f"{k}: {v:.1f}" for k, v in launches.items()) + ".")
     md = (head + "\n\nEager calls (do_bench; the host's launch overhead counts where it exceeds the GPU's "
           "time):\n\n" + to_markdown(rows, copy) + "\n\nCUDA-graph replays (one capture per "
           "implementation, L2 flushed before each replay; the GPU's time alone):\n\n"
@@ -270,7 +298,7 @@ def run(quick: bool = False, no_flex: bool = False, log=print) -> dict:
             f", below cuDNN at {', '.join(misses)}" if misses else "")
     errs = [r[k] for r in rows for k in r if k.endswith("_err") and k.startswith(("ours", "paged"))]
     status = "pass" if errs and max(errs) < 2e-2 else "fail"
-    return {"status": status, "summary": summary, "markdown": md, "data": {"rows": rows, "copy_tbs": copy}}
+    return {"status": status, "summary": summary, "markdown": md, "data": {"rows": rows, "copy_tbs": copy, "launch_us": launches}}
 
 
 def main(argv=None) -> int:
