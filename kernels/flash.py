@@ -154,6 +154,52 @@ def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.conste
     return tl.reshape(tl.join(tl.math.exp2(a), eb), [BLOCK_M, BLOCK_N])
 
 
+@triton.jit
+def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
+                   MODE: tl.constexpr):
+    """The set-up shared by the programs that own one query block (forward and dQ), so the
+    causal bounds are written once: which rows, which keys, and what q, k, v tiles come through.
+
+    Keys [0, full_end) are seen in full by every row of the block (no mask); [full_end, diag_end)
+    straddle the causal diagonal or the ragged end of K (masked); later keys are never visited.
+    The mask is aligned bottom-right: row i sees key j iff j <= i + SK - SQ = rows_shifted[i].
+    Every branch is on a constexpr, so the kernels compile to what the inlined code gave.
+    """
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # heavy (late) query blocks first, so the short ones fill the tail of the grid
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
+    b = (off_hz // H).to(tl.int64)
+    h = off_hz % H
+    hk = h // G  # the key/value head of this query head's group
+    start_m = pid_m * BLOCK_M
+
+    q_off = b * sqb + h * sqh
+    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+    q_r0, q_c0 = _origin(q_off, sqs)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
+
+    rows = start_m + tl.arange(0, BLOCK_M)
+    if CAUSAL:
+        shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
+        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
+        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    else:
+        shift = 0
+        full_end = SK // BLOCK_N * BLOCK_N
+        diag_end = SK
+    rows_shifted = rows + shift
+    return (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+            q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0)
+
+
 # --------------------------------------------------------------------------- forward
 
 
@@ -222,44 +268,18 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 H, G, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                 MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        # heavy (late) query blocks first, so the short ones fill the tail of the grid
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_hz = tl.program_id(1)
-    b = (off_hz // H).to(tl.int64)
-    h = off_hz % H
-    hk = h // G  # the key/value head of this query head's group
-    start_m = pid_m * BLOCK_M
-
-    q_off = b * sqb + h * sqh
-    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
-    q_r0, q_c0 = _origin(q_off, sqs)
-    k_off = b * skb + hk * skh
-    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
-    k_r0, k_c0 = _origin(k_off, sks)
-    v_off = b * svb + hk * svh
-    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
-    v_r0, v_c0 = _origin(v_off, svs)
+    (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+     q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
+        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
     o_off = b * sob + h * soh
     o_src = _tile_source(O, o_off, SQ, sos, BLOCK_M, D, MODE)
     o_r0, o_c0 = _origin(o_off, sos)
 
-    rows = start_m + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
 
-    if CAUSAL:
-        shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
-        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
-        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
-    else:
-        shift = 0
-        full_end = SK // BLOCK_N * BLOCK_N
-        diag_end = SK
-    rows_shifted = rows + shift
     if PREFETCH:
         acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
                                             0, full_end, qk_scale, BLOCK_M, BLOCK_N, D, MODE, POLY, PREC)
@@ -421,47 +441,22 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
                   H, G, SQ, SK, sm_scale, qk_scale,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                   MODE: tl.constexpr, PREC: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_hz = tl.program_id(1)
-    b = (off_hz // H).to(tl.int64)
-    h = off_hz % H
-    hk = h // G
-    start_m = pid_m * BLOCK_M
-
-    q_off = b * sqb + h * sqh
-    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
-    q_r0, q_c0 = _origin(q_off, sqs)
+    (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+     q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
+        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
     do_off = b * sdob + h * sdoh
     do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
     do_r0, do_c0 = _origin(do_off, sdos)
     dq_off = b * sdqb + h * sdqh
     dq_src = _tile_source(DQ, dq_off, SQ, sdqs, BLOCK_M, D, MODE)
     dq_r0, dq_c0 = _origin(dq_off, sdqs)
-    k_off = b * skb + hk * skh
-    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
-    k_r0, k_c0 = _origin(k_off, sks)
-    v_off = b * svb + hk * svh
-    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
-    v_r0, v_c0 = _origin(v_off, svs)
 
-    rows = start_m + tl.arange(0, BLOCK_M)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)
     do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)
     lse2 = tl.load(LSE2 + off_hz * SQ + rows, mask=rows < SQ, other=float("inf"))
     delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
 
-    if CAUSAL:
-        shift = SK - SQ
-        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
-        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
-    else:
-        shift = 0
-        full_end = SK // BLOCK_N * BLOCK_N
-        diag_end = SK
-    rows_shifted = rows + shift
     dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, 0, full_end,
                       rows_shifted, qk_scale, BLOCK_N, D, False, CAUSAL, MODE, PREC)
     dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, full_end,
