@@ -541,8 +541,10 @@ def probe_backward_plan(plan: str, timeout: float = 420.0) -> str | None:
 
     if plan not in _PROBED:
         try:
+            import os
+
             proc = subprocess.run([sys.executable, "-c", BWD_PROBE.format(plan=plan)], capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, env={**os.environ, "DRILL_FLASH_TUNE": "0"})
             _PROBED[plan] = None if proc.returncode == 0 and "ok" in proc.stdout else (
                 f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-600:]}")
         except subprocess.TimeoutExpired:
