@@ -517,6 +517,119 @@ def _graph_ms(fn: Callable) -> float:
     return _median_ms(graph.replay)
 
 
+BWD_PROBE = """
+import torch
+from drill.kernels import flash
+flash.BACKWARD = {plan!r}
+for hkv, causal, s in ((2, False, 1000), (2, True, 1536), (8, True, 4096)):
+    for d in (64, 128):
+        q = torch.randn(2, 8, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k, v = (torch.randn(2, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+        flash.flash_attention(q, k, v, causal=causal).sum().backward()
+torch.cuda.synchronize()
+print("ok")
+"""
+_PROBED: dict = {}
+
+
+def probe_backward_plan(plan: str, timeout: float = 420.0) -> str | None:
+    """Run the `plan` backward (kernels/flash.py, BACKWARD) on a few shapes in a child process
+    with a time limit, once per process: None if it finished, else why not. The one-pass plan
+    waits on other programs; if that ever hangs on some GPU, this turns it into one failed
+    check instead of a suite that never ends."""
+    import subprocess
+
+    if plan not in _PROBED:
+        try:
+            import os
+
+            proc = subprocess.run([sys.executable, "-c", BWD_PROBE.format(plan=plan)], capture_output=True, text=True,
+                                  timeout=timeout, env={**os.environ, "DRILL_FLASH_TUNE": "0"})
+            _PROBED[plan] = None if proc.returncode == 0 and "ok" in proc.stdout else (
+                f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-600:]}")
+        except subprocess.TimeoutExpired:
+            _PROBED[plan] = f"did not finish in {timeout:.0f} s (a hang in the dQ hand-off?)"
+    return _PROBED[plan]
+
+
+def bwd_variant_configs(d: int) -> dict[str, tuple[str, dict | None]]:
+    """Backward variants timed side by side (kernels/NOTES.md, v7): (plan, pinned one-pass config
+    or None for the tuner's pick)."""
+    from drill.kernels import flash as fl
+
+    out = {"split (tuned)": ("split", None), "onepass (tuned)": ("onepass", None)}
+    for cfg in fl._candidates("bwd_onepass", d):
+        out[f"onepass {cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"] = ("onepass", cfg)
+    out["atomic (not deterministic)"] = ("atomic", None)
+    return out
+
+
+def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
+                       log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Backward plans pinned side by side against cuDNN in one run: the two-pass split (7 matmuls per
+    score tile), the one-pass backward with dQ added in a fixed order (5, deterministic), each of its
+    candidate tiles, and atomic dQ (5, not deterministic). Also the largest |dq - dq of split|."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    ours = lambda q_, k_, v_, c, sc: flash_attention(q_, k_, v_, causal=c, sm_scale=sc)  # noqa: E731
+    broken = {plan: probe_backward_plan(plan) for plan in ("onepass", "atomic")}
+    for plan, why in broken.items():
+        if why:
+            log(f"bwd variants: {plan} left out: {why}")
+    rows = []
+    lines = ["| D | S | mask | variant | ours TFLOP/s | cuDNN TFLOP/s | ours / cuDNN | max |dq − dq split| |",
+             "|" + "---|" * 8]
+    saved = fl.BACKWARD
+    for d in ds:
+        h = HEADS.get(d, 16)
+        for s in seqs:
+            b = max(1, tokens // s)
+            for causal in causals:
+                q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
+                scale = 1.0 / math.sqrt(d)
+                fl_ = flops(b, h, s, d, causal, "bwd")
+                base_tf = fl_ / _time_impl(cudnn, q, k, v, causal, scale, "bwd", None)[0] * 1e-9
+                do = torch.randn_like(q)
+                dq_split = None
+                for name, (plan, cfg) in bwd_variant_configs(d).items():
+                    mask = "causal" if causal else "none"
+                    if broken.get(plan):
+                        lines.append(f"| {d} | {s // 1024}k | {mask} | {name} | left out: probe failed ||||")
+                        continue
+                    fl.BACKWARD = plan
+                    fl.FORCED_CONFIGS.clear()
+                    if cfg is not None:
+                        fl.FORCED_CONFIGS["bwd_onepass"] = cfg
+                    try:
+                        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+                        dq = torch.autograd.grad(ours(qg, kg, vg, causal, scale), qg, do)[0].float()
+                        if dq_split is None and plan == "split":
+                            dq_split = dq
+                        err = float((dq - dq_split).abs().max()) if dq_split is not None else float("nan")
+                        ms, _ = _time_impl(ours, q, k, v, causal, scale, "bwd", None)
+                        tf = fl_ / ms * 1e-9
+                        rows.append({"d": d, "s": s, "causal": causal, "variant": name, "plan": plan, "cfg": cfg,
+                                     "tflops": tf, "cudnn": base_tf, "dq_vs_split": err})
+                        lines.append(f"| {d} | {s // 1024}k | {mask} | {name} | {tf:.0f} | {base_tf:.0f} | "
+                                     f"{tf / base_tf:.2f} | {err:.2e} |")
+                    except Exception as exc:
+                        lines.append(f"| {d} | {s // 1024}k | {mask} | {name} | failed: {type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:80] if str(exc) else ''} ||||")
+                    finally:
+                        fl.BACKWARD = saved
+                        fl.FORCED_CONFIGS.clear()
+                    log(lines[-1])
+                del q, k, v, do, dq_split
+                torch.cuda.empty_cache()
+    chosen = {k: v for k, v in fl.tuned_configs().items() if k.startswith(("bwd_onepass", "bwd_kv", "bwd_q"))}
+    md = "\n".join(lines) + "\n\nConfigs the tuner chose:\n\n" + "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
+    return rows, md
+
 def variant_jobs(ds=(64, 128)) -> list[tuple]:
     """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
     return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()

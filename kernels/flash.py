@@ -154,6 +154,52 @@ def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.conste
     return tl.reshape(tl.join(tl.math.exp2(a), eb), [BLOCK_M, BLOCK_N])
 
 
+@triton.jit
+def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
+                   MODE: tl.constexpr):
+    """The set-up shared by the programs that own one query block (forward and dQ), so the
+    causal bounds are written once: which rows, which keys, and what q, k, v tiles come through.
+
+    Keys [0, full_end) are seen in full by every row of the block (no mask); [full_end, diag_end)
+    straddle the causal diagonal or the ragged end of K (masked); later keys are never visited.
+    The mask is aligned bottom-right: row i sees key j iff j <= i + SK - SQ = rows_shifted[i].
+    Every branch is on a constexpr, so the kernels compile to what the inlined code gave.
+    """
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # heavy (late) query blocks first, so the short ones fill the tail of the grid
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
+    b = (off_hz // H).to(tl.int64)
+    h = off_hz % H
+    hk = h // G  # the key/value head of this query head's group
+    start_m = pid_m * BLOCK_M
+
+    q_off = b * sqb + h * sqh
+    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
+    q_r0, q_c0 = _origin(q_off, sqs)
+    k_off = b * skb + hk * skh
+    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
+    k_r0, k_c0 = _origin(k_off, sks)
+    v_off = b * svb + hk * svh
+    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
+    v_r0, v_c0 = _origin(v_off, svs)
+
+    rows = start_m + tl.arange(0, BLOCK_M)
+    if CAUSAL:
+        shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
+        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
+        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    else:
+        shift = 0
+        full_end = SK // BLOCK_N * BLOCK_N
+        diag_end = SK
+    rows_shifted = rows + shift
+    return (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+            q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0)
+
+
 # --------------------------------------------------------------------------- forward
 
 
@@ -222,44 +268,18 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 H, G, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                 MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        # heavy (late) query blocks first, so the short ones fill the tail of the grid
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_hz = tl.program_id(1)
-    b = (off_hz // H).to(tl.int64)
-    h = off_hz % H
-    hk = h // G  # the key/value head of this query head's group
-    start_m = pid_m * BLOCK_M
-
-    q_off = b * sqb + h * sqh
-    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
-    q_r0, q_c0 = _origin(q_off, sqs)
-    k_off = b * skb + hk * skh
-    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
-    k_r0, k_c0 = _origin(k_off, sks)
-    v_off = b * svb + hk * svh
-    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
-    v_r0, v_c0 = _origin(v_off, svs)
+    (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+     q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
+        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
     o_off = b * sob + h * soh
     o_src = _tile_source(O, o_off, SQ, sos, BLOCK_M, D, MODE)
     o_r0, o_c0 = _origin(o_off, sos)
 
-    rows = start_m + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
 
-    if CAUSAL:
-        shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
-        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
-        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
-    else:
-        shift = 0
-        full_end = SK // BLOCK_N * BLOCK_N
-        diag_end = SK
-    rows_shifted = rows + shift
     if PREFETCH:
         acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
                                             0, full_end, qk_scale, BLOCK_M, BLOCK_N, D, MODE, POLY, PREC)
@@ -305,9 +325,48 @@ def _bwd_prep_kernel(O, DO, LSE, DLSE, DELTA, LSE2,
 
 
 @triton.jit
+def _dq_add(dq, DQACC, CNT, start_m, j, last_j, SQ, BLOCK_M: tl.constexpr, D: tl.constexpr,
+            DQ_MODE: tl.constexpr):
+    """Add this key block's dQ_partial [BLOCK_M, D] (fp32) into one head's dQ buffer.
+
+    DQ_MODE 1 (deterministic): key block j of this query block adds after key blocks 0..j-1,
+    through the query block's counter in CNT: wait until it reads j (acquire), load, add, store,
+    then set it to j + 1 (release), or back to 0 if j is the last key block that visits this
+    query block, so every launch leaves the counters as it found them. Key block 0 stores
+    without loading (the buffer needs no zero fill). Thread 0 does the atomics; CTA barriers
+    order the other threads' loads and stores around them (the CUTLASS semaphore pattern).
+    Deadlock-free because j waits only on key blocks of the same head with a smaller block
+    index, dispatched before it (see _bwd_kv_kernel). The spin loop sits inside `if j > 0`
+    on purpose: a loop directly inside the query loop's body would stop Triton's pipeliner
+    from multi-buffering that loop's loads.
+    DQ_MODE 2 (not deterministic, for comparison only): atomic fp32 adds into a zeroed buffer.
+    """
+    rows = start_m + tl.arange(0, BLOCK_M)
+    ptrs = DQACC + rows[:, None] * D + tl.arange(0, D)[None, :]
+    in_seq = rows[:, None] < SQ
+    if DQ_MODE == 2:
+        tl.atomic_add(ptrs, dq, mask=in_seq, sem="relaxed", scope="gpu")
+    else:
+        cnt = CNT + start_m // BLOCK_M
+        if j > 0:
+            while tl.atomic_add(cnt, 0, sem="acquire", scope="gpu") != j:
+                pass
+            dq += tl.load(ptrs, mask=in_seq, other=0.0, cache_modifier=".cg")
+        tl.store(ptrs, dq, mask=in_seq)
+        # Read the counter (it is j) once more: Triton lowers a scalar atomic whose value is used
+        # as "thread 0 performs it, CTA barrier, every thread reads it from shared memory". That
+        # barrier is what orders every thread's stores above before thread 0's release below (and
+        # the spin's own barrier orders the loads after the acquire). tl.debug_barrier() would
+        # say it plainly but stops Triton 3.6 from pipelining the query loop.
+        now = tl.atomic_add(cnt, 0, sem="relaxed", scope="gpu")
+        tl.atomic_add(cnt, tl.where(j == last_j, -now, 1), sem="release", scope="gpu")
+
+
+@triton.jit
 def _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, LSE2, DELTA, sqs, sdos, SQ, lo, hi,
-                  cols_shifted, qk_scale, BLOCK_M: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
-                  MODE: tl.constexpr, PREC: tl.constexpr):
+                  cols_shifted, qk_scale, DQACC, CNT, pid_n, shift, SK,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+                  CAUSAL: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr, DQ_MODE: tl.constexpr):
     for start_m in tl.range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
         q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
@@ -316,24 +375,44 @@ def _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, LSE2, D
         qkT = tl.dot(k, tl.trans(q), input_precision=PREC)  # [BLOCK_N, BLOCK_M]
         pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
         if MASKED:
-            # causal: key j is seen by row i iff j - shift <= i
-            pT = tl.where(cols_shifted[:, None] <= rows[None, :], pT, 0.0)
+            if CAUSAL:
+                # key j is seen by row i iff j - shift <= i (this also drops keys past SK)
+                pT = tl.where(cols_shifted[:, None] <= rows[None, :], pT, 0.0)
+            else:
+                # keys past SK (one-pass only: their dQ columns are not dropped with the rows of dK)
+                pT = tl.where(cols_shifted[:, None] < SK, pT, 0.0)
         do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)  # [BLOCK_M, D]
         dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PREC)
         delta = tl.load(DELTA + rows, mask=rows < SQ, other=0.0)
         dpT = tl.dot(v, tl.trans(do), input_precision=PREC)  # [BLOCK_N, BLOCK_M]
         dsT = pT * (dpT - delta[None, :])
         dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PREC)
+        if DQ_MODE != 0:
+            dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=PREC)  # [BLOCK_M, D]
+            if CAUSAL:  # the key blocks that visit this query block: 0 .. cdiv(end + shift, BLOCK_N) - 1
+                last_j = tl.minimum(tl.cdiv(start_m + BLOCK_M + shift, BLOCK_N), tl.num_programs(0)) - 1
+            else:
+                last_j = tl.num_programs(0) - 1
+            _dq_add(dq, DQACC, CNT, start_m, pid_n, last_j, SQ, BLOCK_M, D, DQ_MODE)
     return dk, dv
 
 
 @triton.jit
-def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
+def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
                    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
                    sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
                    H, HKV, SQ, SK, sm_scale, qk_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                   MODE: tl.constexpr, PREC: tl.constexpr):
+                   MODE: tl.constexpr, PREC: tl.constexpr, DQ_MODE: tl.constexpr):
+    """dK, dV of one key block (and, if DQ_MODE, its share of dQ: the one-pass backward).
+
+    The grid is (key block, batch * key/value head) with the key block fastest-varying, so
+    the blocks of one head are dispatched in increasing key-block order. The one-pass dQ
+    hand-off relies on it: key block j waits only for key blocks j' < j of its own head,
+    which have smaller linear block indices and so were dispatched first (finished, or
+    running on another SM); the unfinished block with the smallest index never waits on an
+    unfinished one, so no set of resident blocks can wait on each other forever.
+    """
     pid_n = tl.program_id(0)
     off_bk = tl.program_id(1)  # (batch, key/value head)
     b = (off_bk // HKV).to(tl.int64)
@@ -367,6 +446,7 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
         full_lo = tl.maximum(full_lo, diag_lo)
         cols_shifted = start_n + tl.arange(0, BLOCK_N) - shift
     else:
+        shift = 0
         diag_lo = 0
         full_lo = 0
         cols_shifted = start_n + tl.arange(0, BLOCK_N)
@@ -381,13 +461,33 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, LSE2, DELTA,
         do_r0, do_c0 = _origin(do_off, sdos)
         lse2_ptr = LSE2 + (b * H + h) * SQ
         delta_ptr = DELTA + (b * H + h) * SQ
+        dqacc_ptr = DQACC + (b * H + h) * SQ * D  # this head's fp32 dQ buffer (one-pass only)
+        cnt_ptr = CNT + (b * H + h) * tl.cdiv(SQ, BLOCK_M)  # and its counters, one per query block
         if CAUSAL:
             dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
                                    sqs, sdos, SQ, diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale,
-                                   BLOCK_M, D, True, MODE, PREC)
-        dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
-                               sqs, sdos, SQ, full_lo, SQ, cols_shifted, qk_scale, BLOCK_M, D, False, MODE, PREC)
-
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, True, True, MODE,
+                                   PREC, DQ_MODE)
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, full_lo, SQ, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, False, True, MODE,
+                                   PREC, DQ_MODE)
+        elif DQ_MODE == 0:
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, 0, SQ, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, False, False, MODE,
+                                   PREC, DQ_MODE)
+        elif start_n + BLOCK_N > SK:
+            # one-pass, ragged last key block: its padding keys must not reach dQ
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, 0, SQ, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, True, False, MODE,
+                                   PREC, DQ_MODE)
+        else:
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, 0, SQ, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, False, False, MODE,
+                                   PREC, DQ_MODE)
     _store_rows(dv_src, dv_r0, dv_c0, start_n, SK, sdvs, dv.to(v.dtype), BLOCK_N, D, MODE)
     dk *= sm_scale
     _store_rows(dk_src, dk_r0, dk_c0, start_n, SK, sdks, dk.to(k.dtype), BLOCK_N, D, MODE)
@@ -421,47 +521,22 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
                   H, G, SQ, SK, sm_scale, qk_scale,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                   MODE: tl.constexpr, PREC: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_hz = tl.program_id(1)
-    b = (off_hz // H).to(tl.int64)
-    h = off_hz % H
-    hk = h // G
-    start_m = pid_m * BLOCK_M
-
-    q_off = b * sqb + h * sqh
-    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
-    q_r0, q_c0 = _origin(q_off, sqs)
+    (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+     q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
+        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
     do_off = b * sdob + h * sdoh
     do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
     do_r0, do_c0 = _origin(do_off, sdos)
     dq_off = b * sdqb + h * sdqh
     dq_src = _tile_source(DQ, dq_off, SQ, sdqs, BLOCK_M, D, MODE)
     dq_r0, dq_c0 = _origin(dq_off, sdqs)
-    k_off = b * skb + hk * skh
-    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
-    k_r0, k_c0 = _origin(k_off, sks)
-    v_off = b * svb + hk * svh
-    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
-    v_r0, v_c0 = _origin(v_off, svs)
 
-    rows = start_m + tl.arange(0, BLOCK_M)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)
     do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)
     lse2 = tl.load(LSE2 + off_hz * SQ + rows, mask=rows < SQ, other=float("inf"))
     delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
 
-    if CAUSAL:
-        shift = SK - SQ
-        full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
-        diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
-    else:
-        shift = 0
-        full_end = SK // BLOCK_N * BLOCK_N
-        diag_end = SK
-    rows_shifted = rows + shift
     dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, 0, full_end,
                       rows_shifted, qk_scale, BLOCK_N, D, False, CAUSAL, MODE, PREC)
     dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, full_end,
@@ -469,6 +544,26 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
     dq *= sm_scale
     _store_rows(dq_src, dq_r0, dq_c0, start_m, SQ, sdqs, dq.to(q.dtype), BLOCK_M, D, MODE)
 
+
+
+@triton.jit
+def _bwd_dq_convert_kernel(DQACC, DQ, sdqb, sdqh, sdqs, H, SQ, SK, sm_scale,
+                           D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """One-pass backward, last step: dq = sm_scale * the fp32 buffer, in dq's dtype and layout.
+    Rows that see no key (causal, Sq > Sk) lie in query blocks no key block visits, so the
+    buffer there was never written: they get 0."""
+    pid_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    b = (off_hz // H).to(tl.int64)
+    h = off_hz % H
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D)
+    in_seq = rows[:, None] < SQ
+    acc = tl.load(DQACC + off_hz.to(tl.int64) * SQ * D + rows[:, None] * D + cols[None, :], mask=in_seq, other=0.0)
+    if CAUSAL:
+        acc = tl.where((rows + SK - SQ >= 0)[:, None], acc, 0.0)
+    tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqs + cols[None, :], (acc * sm_scale).to(DQ.dtype.element_ty),
+             mask=in_seq)
 
 # --------------------------------------------------------------------------- launch configs
 #
@@ -482,6 +577,8 @@ INTERPRET_CONFIGS = {
     "fwd": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1, PREFETCH=True, POLY=0),
     "bwd_kv": dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
     "bwd_q": dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1),
+    "bwd_onepass": dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
+    "bwd_atomic": dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1),
 }
 
 
@@ -515,8 +612,22 @@ def _candidates(kind: str, d: int) -> list[dict]:
         if d <= 128:
             return [_c(128, 64, 8, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 3)]
         return [_c(64, 32, 4, 2), _c(64, 64, 8, 2)]
+    if kind in ("bwd_onepass", "bwd_atomic"):
+        # the dK/dV tiles plus a [BLOCK_M, D] fp32 dQ_partial; 128-key tiles halve the dQ hand-offs
+        # per FLOP (NOTES.md, v7), at the price of 8 warps for the dK, dV accumulators
+        if d <= 64:
+            return [_c(64, 128, 8, 2), _c(32, 128, 4, 2), _c(64, 64, 4, 2)]
+        if d <= 128:
+            return [_c(64, 128, 8, 2), _c(32, 128, 8, 2), _c(64, 64, 4, 2)]
+        return [_c(32, 64, 4, 2), _c(64, 64, 8, 2)]
     raise ValueError(kind)
 
+
+# Backward plan (kernels/NOTES.md, v7): "split" (dK/dV pass, then dQ pass; 7 matmuls per score
+# tile), "onepass" (one pass, 5 matmuls, dQ added in key-block order: deterministic), "atomic"
+# (one pass, dQ by atomic adds: NOT deterministic, for comparison only) or "auto" (the tuner
+# times split and onepass per shape bucket and keeps the faster).
+BACKWARD = os.environ.get("DRILL_FLASH_BWD", "split")
 
 # Tests and the benchmark may pin configs: {"fwd": {...}, ...}. Empty means tune.
 FORCED_CONFIGS: dict[str, dict] = {}
@@ -533,7 +644,8 @@ def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple, ti
         cfg = FORCED_CONFIGS[kind]
     elif _interpreting():
         cfg = INTERPRET_CONFIGS[kind]
-    elif os.environ.get("DRILL_FLASH_TUNE", "1") == "0":
+    elif os.environ.get("DRILL_FLASH_TUNE", "1") == "0" or kind == "bwd_atomic":
+        # (atomic dQ accumulates into its zeroed buffer: the tuner's repeated runs would add up)
         cfg = _candidates(kind, const["D"])[0]
     else:
         cfg = _TUNED.get((kind,) + key)
@@ -704,18 +816,62 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
         triton.set_allocator(_alloc_scratch)
     const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
     key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK))
-    kv_args = (q, k, v, do, dk, dv, lse2, delta,
-               *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-               *dk.stride()[:3], *dv.stride()[:3], H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     kv_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "N"), (5, "N")])
-    _launch("bwd_kv", _bwd_kv_kernel, lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * HKV), kv_args, const, key,
-            kv_tiles)
-    q_args = (q, k, v, do, dq, lse2, delta,
-              *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-              H, H // HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
-    q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
-    _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key, q_tiles)
+    kv_grid = lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * HKV)  # noqa: E731  (key block fastest: see _bwd_kv_kernel)
+
+    def split():
+        kv_args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
+                   H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
+        _launch("bwd_kv", _bwd_kv_kernel, kv_grid, kv_args, {**const, "DQ_MODE": 0}, key, kv_tiles)
+        q_args = (q, k, v, do, dq, lse2, delta, *strides, *dq.stride()[:3],
+                  H, H // HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
+        q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
+        _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key,
+                q_tiles)
+
+    def one_pass(atomic: bool):
+        # ordered: key block 0 overwrites each tile, so no zero fill; atomic adds need zeros
+        dq_acc = (torch.zeros if atomic else torch.empty)((B * H, SQ, D), dtype=torch.float32, device=q.device)
+        counters = torch.zeros(B * H * triton.cdiv(SQ, 16), dtype=torch.int32, device=q.device)  # BLOCK_M >= 16
+        args = (q, k, v, do, dk, dv, dq_acc, counters, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
+                H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
+        _launch("bwd_atomic" if atomic else "bwd_onepass", _bwd_kv_kernel, kv_grid, args,
+                {**const, "DQ_MODE": 2 if atomic else 1}, key, kv_tiles)
+        block = 64 if not _interpreting() else 16
+        _bwd_dq_convert_kernel[(triton.cdiv(SQ, block), B * H)](dq_acc, dq, *dq.stride()[:3], H, SQ, SK, sm_scale,
+                                                                 D=D, BLOCK_M=block, CAUSAL=causal)
+
+    plans = {"split": split, "onepass": lambda: one_pass(False), "atomic": lambda: one_pass(True)}
+    plan = BACKWARD
+    if plan == "auto":
+        plan = _backward_plan(key, plans)
+    if plan not in plans:
+        raise ValueError(f"flash.BACKWARD = {BACKWARD!r}: expected 'split', 'onepass', 'atomic' or 'auto'")
+    plans[plan]()
     return dq, dk, dv
+
+
+def _backward_plan(key: tuple, plans: dict) -> str:
+    """BACKWARD = "auto": the faster deterministic plan (split or onepass) for this shape bucket,
+    timed once per bucket on the GPU (each plan's kernels tune themselves first); split under
+    the interpreter or with DRILL_FLASH_TUNE=0."""
+    if _interpreting() or os.environ.get("DRILL_FLASH_TUNE", "1") == "0":
+        return "split"
+    cached = _TUNED.get(("bwd_plan",) + key)
+    if cached is None:
+        times = {}
+        for name in ("split", "onepass"):
+            try:
+                plans[name]()  # compile and tune outside the timing
+                times[name] = triton.testing.do_bench(plans[name], warmup=10, rep=50)
+            except Exception:  # a plan whose kernels do not compile or fit here
+                continue
+        if not times:
+            raise RuntimeError(f"flash_attention: no backward plan ran for {key}")
+        cached = _TUNED[("bwd_plan",) + key] = {"plan": min(times, key=times.get),
+                                                **{f"{n}_ms": round(t, 4) for n, t in times.items()}}
+    return cached["plan"]
 
 
 class _FlashAttention(torch.autograd.Function):

@@ -207,8 +207,9 @@ def step_flash_bench(ctx: Context) -> StepResult:
 
 
 def step_flash_features(ctx: Context) -> StepResult:
-    """Issue 16's rows: GQA against SDPA enable_gqa, the [B, S, H, D] layout, fp32 accuracy, and
-    pinned forward variants (polynomial exp2, short-causal tiles) against cuDNN in one run."""
+    """Issue 16's rows: GQA against SDPA enable_gqa, the [B, S, H, D] layout, fp32 accuracy,
+    pinned forward variants (polynomial exp2, short-causal tiles) and backward plans (split,
+    one-pass, atomic dQ) against cuDNN in one run. --features picks tables by function name."""
     from drill.kernels import bench
 
     if ctx.args.compile_workers > 1:  # the tuner's candidates and every pinned variant, in parallel
@@ -219,7 +220,10 @@ def step_flash_features(ctx: Context) -> StepResult:
     for title, fn, env in (("GQA against SDPA enable_gqa", bench.bench_gqa, None),
                            ("[B, S, H, D] layout against [B, H, S, D]", bench.bench_layouts, None),
                            ("fp32 accuracy (DRILL_FLASH_TUNE=0: first candidate config)", bench.fp32_accuracy, "0"),
-                           ("Forward variants pinned side by side", bench.bench_variants, None)):
+                           ("Forward variants pinned side by side", bench.bench_variants, None),
+                           ("Backward variants pinned side by side", bench.bench_bwd_variants, None)):
+        if ctx.args.features and fn.__name__ not in ctx.args.features.split(","):
+            continue
         ctx.log(f"-- {title}")
         if env is not None:
             os.environ["DRILL_FLASH_TUNE"] = env
@@ -376,6 +380,8 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-workers", type=int, default=8)
     ap.add_argument("--tests", default="tests", help="comma-separated test paths for the tests step")
     ap.add_argument("--impls", help="comma-separated implementations for flash_bench (default: all)")
+    ap.add_argument("--features", help="comma-separated tables for flash_features (bench_gqa, bench_layouts, "
+                    "fp32_accuracy, bench_variants, bench_bwd_variants; default: all)")
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")

@@ -262,6 +262,92 @@ def test_cpu_fp32_precision_follows_pytorch(monkeypatch):
         assert flash_mod._dot_precision(torch.float32) == want, switches
 
 
+BWD_PLAN_CASES = [
+    # B, H, Hkv, Sq, Sk, D, causal
+    (1, 2, 2, 37, 37, 16, False),  # ragged last key block: its padding keys must not reach dQ
+    (2, 2, 2, 48, 64, 32, True),  # blocks divide Sq and Sk (host descriptors), Sq < Sk
+    (1, 2, 2, 40, 23, 32, True),  # Sq > Sk: query blocks no key block visits (dQ rows = 0)
+    (2, 4, 2, 33, 70, 16, True),  # GQA, ragged both ways
+    (1, 3, 1, 30, 50, 32, False),  # MQA, not causal
+]
+
+
+@pytest.mark.parametrize("tiles", ["auto", "0"], ids=["descriptors", "pointers"])
+@pytest.mark.parametrize("plan", ["split", "onepass", "atomic"])
+@pytest.mark.parametrize("case", BWD_PLAN_CASES, ids=lambda c: "B{}H{}kv{}q{}k{}d{}{}".format(*c[:6], "c" if c[6] else ""))
+def test_cpu_backward_plans_match_float64(plan, case, tiles, monkeypatch):
+    """Each backward plan (flash.BACKWARD: two passes, one pass with dQ added in key-block order,
+    one pass with atomic dQ) against float64, dlse included, through descriptors and pointers."""
+    B, H, HKV, SQ, SK, D, causal = case
+    monkeypatch.setattr(flash_mod, "BACKWARD", plan)
+    monkeypatch.setenv("DRILL_FLASH_TMA", tiles)
+    g = torch.Generator().manual_seed(SQ * 7 + SK + HKV)
+    q = torch.randn(B, H, SQ, D, generator=g)
+    k, v = (torch.randn(B, HKV, SK, D, generator=g) for _ in range(2))
+    do = torch.randn(B, H, SQ, D, generator=g)
+    dlse = torch.randn(B, H, SQ, generator=g)
+    got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do, dlse)
+    want = _grads(lambda a, b, c: reference(a, b, c, causal), q, k, v, do, dlse)
+    for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], got, want):
+        fin = torch.isfinite(y)
+        err = (x.double()[fin] - y.double()[fin]).abs().max().item()
+        assert err < (2e-5 if name in ("o", "lse") else 1e-4), f"{plan}: {name}: max |flash - float64| = {err:.3g}"
+    if causal and SQ > SK:
+        assert torch.equal(got[2][:, :, : SQ - SK], torch.zeros_like(got[2][:, :, : SQ - SK]))
+
+
+def test_cpu_onepass_hand_off_runs_to_the_end_and_resets_its_counters(monkeypatch):
+    """The one-pass dQ hand-off under the interpreter (programs run one at a time, key blocks in
+    increasing order): every wait is met, nothing hangs (a watchdog fails the test instead), every
+    counter ends back at 0, and two runs give the same bits. 8 key blocks x 4 query blocks x 6
+    heads on 2 key/value heads: a chain of hand-offs per query block."""
+    import signal
+
+    monkeypatch.setattr(flash_mod, "BACKWARD", "onepass")
+    seen = []
+    real_launch = flash_mod._launch
+
+    def spy(kind, kernel, grid_fn, args, const, key, tiles):
+        real_launch(kind, kernel, grid_fn, args, const, key, tiles)
+        if kind == "bwd_onepass":
+            seen.append((args[7].clone(), grid_fn(flash_mod.INTERPRET_CONFIGS[kind])))
+
+    monkeypatch.setattr(flash_mod, "_launch", spy)
+    g = torch.Generator().manual_seed(17)
+    q = torch.randn(1, 6, 64, 16, generator=g)
+    k, v = (torch.randn(1, 2, 256, 16, generator=g) for _ in range(2))
+    do = torch.randn(1, 6, 64, 16, generator=g)
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("one-pass backward did not finish: a dQ hand-off waits forever")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(300)
+    try:
+        first = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+        again = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert len(seen) == 2 and seen[0][1] == (256 // flash_mod.INTERPRET_CONFIGS["bwd_onepass"]["BLOCK_N"], 2)
+    for counters, _ in seen:
+        assert counters.numel() > 0 and not counters.any(), "a counter was left non-zero"
+    for x, y in zip(first, again):
+        assert torch.equal(x, y)
+    want = _grads(lambda a, b, c: reference(a, b, c, True), q, k, v, do)
+    assert (first[2].double() - want[2]).abs().max().item() < 1e-4
+
+
+def test_cpu_backward_plan_switch(monkeypatch):
+    """auto is split under the interpreter; an unknown plan is an error, not a silent default."""
+    q = torch.randn(1, 1, 8, 16, requires_grad=True)
+    monkeypatch.setattr(flash_mod, "BACKWARD", "auto")
+    flash_attention(q, q, q).sum().backward()
+    assert all(not k.startswith("bwd_plan") for k in flash_mod.tuned_configs())
+    monkeypatch.setattr(flash_mod, "BACKWARD", "fused")
+    with pytest.raises(ValueError):
+        flash_attention(q, q, q).sum().backward()
+
 @pytest.mark.parametrize("bad", ["dim", "headdim", "dtype", "scale", "groups"])
 def test_cpu_rejects_bad_arguments(bad):
     q = torch.randn(1, 1, 8, 16)
@@ -498,3 +584,70 @@ def test_gpu_gqa_backward_is_deterministic(monkeypatch):
     again = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
     for x, y in zip(first, again):
         assert torch.equal(x, y)
+
+
+def _require_plan(plan):
+    """Fail fast (not hang) if the plan's backward does not finish on this GPU (bench.probe_backward_plan)."""
+    from drill.kernels import bench
+
+    why = bench.probe_backward_plan(plan)
+    if why:
+        pytest.fail(f"{plan} backward probe failed: {why}")
+
+
+ONEPASS_GPU_CASES = [(d, hkv, c) for d in (64, 128) for hkv in (8, 2) for c in (False, True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,hkv,causal", ONEPASS_GPU_CASES, ids=lambda x: str(x))
+def test_gpu_onepass_backward_is_bitwise_reproducible(d, hkv, causal, monkeypatch):
+    """The one-pass backward adds dQ in a fixed order: two runs give the same bits (MHA and GQA
+    8/2, ragged Sk), and the result obeys FlashAttention's error rule like the split plan."""
+    _require_plan("onepass")
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    monkeypatch.setattr(flash_mod, "BACKWARD", "onepass")
+    q, k, v, do = _gpu_inputs(2, 8, hkv, 1536, 1500 if causal else 1536, d, "bfloat16", "bhsd", d + hkv)
+    first = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    again = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], first, again):
+        assert torch.equal(x, y), f"{name} differs between two one-pass runs"
+    scale = 1 / math.sqrt(d)
+    ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
+    for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
+        _fa_rule(f"onepass {name}", first[i], naive[i], ref[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", ["onepass", "atomic"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_one_pass_plans_every_candidate_config(plan, d, monkeypatch):
+    """Each one-pass tile the tuner may pick, ragged causal Sq > Sk (query blocks that no key block
+    visits) and ragged non-causal (padding keys in the last key block), GQA 4/2."""
+    _require_plan(plan)
+    monkeypatch.setattr(flash_mod, "BACKWARD", plan)
+    for causal, SQ, SK in ((True, 700, 453), (False, 517, 517)):
+        q, k, v, do = _gpu_inputs(1, 4, 2, SQ, SK, d, "float16", "bhsd", d + SQ)
+        ref = _grads(lambda a, b, c: reference(a, b, c, causal, None, dtype=torch.float32), q, k, v, do)
+        for cfg in flash_mod._candidates(f"bwd_{plan}", d):
+            monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", {f"bwd_{plan}": cfg})
+            got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+            for name, x, y in zip(["dq", "dk", "dv"], got[2:], ref[2:]):
+                err = (x.float() - y.float()).abs().max().item()
+                assert err < 2e-2 * max(1.0, y.float().abs().max().item()), f"{plan} {cfg} causal={causal}: {name} {err:.3g}"
+            if causal:
+                assert torch.equal(got[2][:, :, : SQ - SK], torch.zeros_like(got[2][:, :, : SQ - SK]))
+
+
+@pytest.mark.gpu
+def test_gpu_auto_backward_plan_is_tuned_and_correct(monkeypatch):
+    """BACKWARD = "auto" times split and onepass once per shape bucket and keeps one of them."""
+    _require_plan("onepass")
+    monkeypatch.setattr(flash_mod, "BACKWARD", "auto")
+    q, k, v, do = _gpu_inputs(1, 8, 8, 1024, 1024, 64, "bfloat16", "bhsd", 3)
+    got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+    plans = [v_["plan"] for k_, v_ in flash_mod.tuned_configs().items() if k_.startswith("bwd_plan")]
+    assert plans and set(plans) <= {"split", "onepass"}
+    ref = _grads(lambda a, b, c: reference(a, b, c, True, None, dtype=torch.float32), q, k, v, do)
+    for name, x, y in zip(["dq", "dk", "dv"], got[2:], ref[2:]):
+        assert (x.float() - y.float()).abs().max().item() < 2e-2 * max(1.0, y.float().abs().max().item()), name
