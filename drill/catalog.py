@@ -209,7 +209,8 @@ def identify(path: Path) -> Exercise | None:
 
 
 def timeouts_in_words() -> str:
-    """Each exercise's grading limit, grouped: '30 s for 01-05, 120 s for 06, 300 s for 07'.
+    """Each exercise's grading limit in words, the exercises that share a limit listed as
+    ranges after it ('<limit> s for 01-05, 08-09, <limit> s for 06, ...').
 
     Read from the catalogs, so `drill check --help` can never disagree with them.
     """
