@@ -23,7 +23,7 @@ SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _DECK_KEYS = {"format", "card"}
 _CARD_KEYS = {
     "id", "tags", "kind", "q_en", "q_zh", "a_en", "a_zh", "answer", "tolerance", "unit",
-    "choices_en", "choices_zh", "correct", "keypoints", "exercise", "source",
+    "choices_en", "choices_zh", "correct", "keypoints", "source",
 }
 _KEYPOINT_KEYS = {"en", "zh", "synonyms_en", "synonyms_zh"}
 
@@ -66,7 +66,6 @@ class Card:
     choices_zh: tuple[str, ...] = ()
     correct: int | None = None  # 0-based index into the choices
     keypoints: tuple[KeyPoint, ...] = ()
-    exercise: str | None = None
     source: str = ""  # paper and section/figure/equation, or "measured: BENCHMARKS.md <table>"
 
     def question(self, lang: str) -> str:
@@ -117,12 +116,6 @@ class Card:
 class Deck:
     topic: str
     cards: tuple[Card, ...]
-
-    def get(self, card_id: str) -> Card | None:
-        return next((card for card in self.cards if card.id == card_id), None)
-
-    def with_tag(self, tag: str | None) -> list[Card]:
-        return [card for card in self.cards if tag is None or tag in card.tags]
 
 
 def parse_number(text: str) -> float | None:
@@ -201,7 +194,6 @@ def _parse_card(raw: dict, topic: str) -> Card:
         choices_zh=tuple(raw.get("choices_zh", ())),
         correct=raw.get("correct"),
         keypoints=tuple(_parse_keypoint(kp, where) for kp in raw.get("keypoints", ())),
-        exercise=raw.get("exercise"),
         source=raw["source"].strip(),
     )
     _check_kind_fields(card, raw, where)

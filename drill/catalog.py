@@ -1,7 +1,8 @@
 """Load a topic's catalog.toml into frozen dataclasses.
 
-The catalog is the single source of the exercise order, files, hints and the
-cards tied to each exercise. Unknown keys are rejected so typos surface early.
+The catalog is the single source of the exercise order, files, hints, the cards
+tied to each exercise and the topic's `drill show` views. Unknown keys are rejected
+so typos surface early.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from drill.tomlfile import tomllib
 CATALOG_FORMAT = 1
 NEEDS = ("cpu", "gpu", "dist")
 HEADER = re.compile(r"^#\s*drill:\s*([a-z0-9_-]+)/([a-z0-9_-]+)\s*$")
+VIEW_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+VIEW_COMMAND = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class CatalogError(DrillError):
@@ -59,11 +62,24 @@ class Exercise:
 
 
 @dataclass(frozen=True)
+class View:
+    """One `drill show NAME` picture: the click command that draws it, as 'module:function'
+    (imported only when the view runs or its help is asked for), and the example line
+    that `drill show --help` lists."""
+
+    topic: str
+    name: str
+    command: str
+    example: str
+
+
+@dataclass(frozen=True)
 class Topic:
     name: str
     title: str
     intro: str
     exercises: tuple[Exercise, ...] = field(default_factory=tuple)
+    views: tuple[View, ...] = field(default_factory=tuple)
 
     def get(self, exercise_id: str) -> Exercise | None:
         for ex in self.exercises:
@@ -74,7 +90,8 @@ class Topic:
 
 
 _EXERCISE_KEYS = {"id", "file", "title", "needs", "functions", "hints", "cards", "timeout", "memory_mb"}
-_TOPIC_KEYS = {"format", "topic", "title", "intro", "exercise"}
+_VIEW_KEYS = {"name", "command", "example"}
+_TOPIC_KEYS = {"format", "topic", "title", "intro", "exercise", "view"}
 
 
 def topic_names() -> list[str]:
@@ -119,7 +136,18 @@ def parse_catalog(text: str, name: str) -> Topic:
     ids = [ex.id for ex in exercises]
     if len(set(ids)) != len(ids):
         raise CatalogError(f"catalog {name}: duplicate exercise ids")
-    return Topic(name=name, title=data["title"], intro=data["intro"], exercises=tuple(exercises))
+    views = tuple(_parse_view(raw, name) for raw in data.get("view", []))
+    return Topic(name=name, title=data["title"], intro=data["intro"], exercises=tuple(exercises), views=views)
+
+
+def _parse_view(raw: dict, topic: str) -> View:
+    where = f"catalog {topic}, view {raw.get('name')}"
+    _reject_unknown(raw, _VIEW_KEYS, where)
+    if not VIEW_NAME.match(str(raw.get("name", ""))):
+        raise CatalogError(f"{where}: name must be lower-case words joined by '-'")
+    if not VIEW_COMMAND.match(str(raw.get("command", ""))):
+        raise CatalogError(f"{where}: command must be 'module:function'")
+    return View(topic=topic, name=raw["name"], command=raw["command"], example=str(raw.get("example", "")))
 
 
 def _reject_unknown(table: dict, allowed: set[str], where: str) -> None:
@@ -130,6 +158,18 @@ def _reject_unknown(table: dict, allowed: set[str], where: str) -> None:
 
 def all_exercises() -> list[Exercise]:
     return [ex for name in topic_names() for ex in load_topic(name).exercises]
+
+
+def all_views() -> dict[str, View]:
+    """Every topic's `drill show` views by name; one name belongs to one topic."""
+    views: dict[str, View] = {}
+    for name in topic_names():
+        for view in load_topic(name).views:
+            if view.name in views:
+                raise CatalogError(f"drill show {view.name} is declared by both {views[view.name].topic} "
+                                   f"and {view.topic}")
+            views[view.name] = view
+    return views
 
 
 def resolve(name: str) -> Exercise | None:
@@ -169,7 +209,8 @@ def identify(path: Path) -> Exercise | None:
 
 
 def timeouts_in_words() -> str:
-    """Each exercise's grading limit, grouped: '30 s for 01-05, 120 s for 06, 300 s for 07'.
+    """Each exercise's grading limit in words, the exercises that share a limit listed as
+    ranges after it ('<limit> s for 01-05, 08-09, <limit> s for 06, ...').
 
     Read from the catalogs, so `drill check --help` can never disagree with them.
     """

@@ -13,7 +13,8 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 GPU_PACKAGES = ("torch", "triton")
 
 
-def has_nvidia_gpu() -> bool:
+def nvidia_driver_present() -> bool:
+    """nvidia-smi is on PATH: an NVIDIA driver is installed (CUDA itself may still not work)."""
     return shutil.which("nvidia-smi") is not None
 
 
@@ -23,7 +24,7 @@ def torch_install_command(gpu: bool | None = None) -> str:
     With --extra-index-url (not --index-url) Triton still comes from PyPI, and pip prefers
     the CPU index's torch because its version (2.x.y+cpu) sorts after PyPI's 2.x.y.
     """
-    gpu = has_nvidia_gpu() if gpu is None else gpu
+    gpu = nvidia_driver_present() if gpu is None else gpu
     command = "python -m pip install torch triton"
     return command if gpu else f"{command} --extra-index-url {CPU_INDEX}"
 
@@ -33,6 +34,6 @@ def missing_package_advice(package: str, gpu: bool | None = None) -> str:
     '' for packages drill gives no advice about (a typo is not something to pip install)."""
     if package not in GPU_PACKAGES:
         return ""
-    gpu = has_nvidia_gpu() if gpu is None else gpu
+    gpu = nvidia_driver_present() if gpu is None else gpu
     which = "PyTorch and Triton" if gpu else "the CPU build of PyTorch (no CUDA download) and Triton"
     return f"install {which} with: {torch_install_command(gpu)}"

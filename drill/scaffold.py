@@ -81,7 +81,7 @@ def write(new: NewExercise) -> list[Path]:
 
 
 def _new_topic(new: NewExercise) -> list[Path]:
-    """A topic's package folders, its catalog header and the checks' fixtures."""
+    """A topic's package folders and its catalog header (the checks' fixtures come from the grader)."""
     exercises, solutions = new.root / "exercises" / new.topic, new.root / "solutions" / new.topic
     (exercises / "checks").mkdir(parents=True, exist_ok=True)
     solutions.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,6 @@ def _new_topic(new: NewExercise) -> list[Path]:
         exercises / "__init__.py": "",
         exercises / "checks" / "__init__.py": "",
         solutions / "__init__.py": "",
-        exercises / "checks" / "conftest.py": CONFTEST,
         exercises / "catalog.toml": (f'format = {CATALOG_FORMAT}\ntopic = "{new.topic}"\n'
                                      f'title = "{new.topic.replace("-", " ").title()}"\n'
                                      'intro = """\nWhat this topic teaches and why it matters in an interview.\n"""\n'),
@@ -98,26 +97,6 @@ def _new_topic(new: NewExercise) -> list[Path]:
         if not path.exists():
             path.write_text(text, encoding="utf-8")
     return list(files)
-
-
-CONFTEST = '''"""Fixtures shared by the hidden checks: the user's module and a seeded generator."""
-
-import numpy as np
-import pytest
-
-from drill.grader import submission
-
-
-@pytest.fixture
-def sub():
-    """The user's module, loaded by the grader before the checks run."""
-    return submission.loaded()
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng(20221127)
-'''
 
 
 def _docstring(new: NewExercise) -> str:

@@ -275,7 +275,7 @@ class Store:
         ).fetchone()
         return row is not None
 
-    # -- card reviews (FSRS state is opaque JSON here; drill.reviews owns its meaning) ---
+    # -- card reviews (FSRS state is opaque JSON here; drill/reviews.py reads and writes it) ---
     def card_state(self, card_id: str) -> str | None:
         row = self.conn.execute("SELECT state_json FROM cards WHERE card_id = ?", (card_id,)).fetchone()
         return row["state_json"] if row else None

@@ -63,7 +63,6 @@ import triton.runtime.errors
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 # --------------------------------------------------------------------------- helpers

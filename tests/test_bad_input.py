@@ -168,3 +168,30 @@ def test_escape_sequences_from_user_code_never_reach_the_terminal(tmp_path):
     assert rc == 1 and "\x1b" not in json.dumps(doc) and "\\u001b" not in json.dumps(doc)
     proc = drill("check", str(path))
     assert proc.returncode == 1 and "\x1b[2J" not in proc.stdout and "\x1b[32mPASSED" not in proc.stdout
+
+
+def test_an_error_names_the_deepest_line_of_your_file(tmp_path):
+    # The user's function calls a helper of theirs, which calls into the standard library:
+    # the line named is the helper's (the user's own line closest to the error).
+    body = GOOD.read_text().replace('    m_new = max(m, float(block.max())) if block.size else m',
+                                    '    m_new = _parse("not a number")') + "\n\ndef _parse(text):\n    return float(text)\n"
+    line = body.splitlines().index("    return float(text)") + 1
+    rc, doc = check_json(write(tmp_path, body))
+    assert rc == 1
+    messages = [c["message"] for c in doc["checks"] if c["status"] == "fail"]
+    assert messages and all(f"ValueError: could not convert string to float: 'not a number' (your file, line {line})" in m
+                            for m in messages), messages
+
+
+def test_user_line_is_the_deepest_frame_in_the_users_file(tmp_path):
+    from drill.grader.usertrace import user_frames, user_line
+
+    path = tmp_path / "mine.py"
+    path.write_text("import json\n\ndef outer():\n    return inner()\n\ndef inner():\n    return json.loads('{')\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    with pytest.raises(ValueError) as caught:
+        namespace["outer"]()
+    assert [f.lineno for f in user_frames(caught.value, str(path))] == [4, 7]
+    assert user_line(caught.value, str(path)) == 7
+    assert user_line(caught.value, str(tmp_path / "other.py")) is None

@@ -72,7 +72,7 @@ def test_dev_new_in_a_copy_of_a_topic_appends_the_next_exercise(tmp_path):
     stub = (root / "exercises" / "flashattention" / new.file).read_text()
     solution = (root / "solutions" / "flashattention" / new.file).read_text()
     assert authoring.mirror_problems(new, stub, solution) == []
-    # The existing topic is not given a second conftest or catalog header.
+    # The existing topic is not given a conftest (the grader has the fixtures) or a second catalog header.
     assert not (root / "exercises" / "flashattention" / "checks" / "conftest.py").exists()
 
 

@@ -14,6 +14,7 @@ from drill import anki, cards
 from drill.cli import cli
 
 DECK = cards.load_deck("flashattention")
+CARD = {card.id: card for card in DECK.cards}
 
 
 def export(*args: str):
@@ -50,7 +51,7 @@ def test_package_holds_every_card_with_both_languages_math_source_and_tags(tmp_p
     assert json.loads(decks)[str(anki.deck_id("flashattention"))]["name"] == "drill::flashattention"
 
     guid, _, fields, tags = by_id["online-example-first-block"]
-    card = DECK.get("online-example-first-block")
+    card = CARD["online-example-first-block"]
     assert html.unescape(dict(zip(anki.FIELDS, fields))["Source"]) == card.source
     assert "1.1353" in fields[2] and "e⁻² + 1" in fields[2]  # math rendered as in the terminal
     assert "\\(" not in "".join(fields)

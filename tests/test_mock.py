@@ -13,8 +13,9 @@ from drill.mathtext import render
 from drill.store import Store
 
 DECK = cards.load_deck("flashattention")
+CARD = {card.id: card for card in DECK.cards}
 QUESTIONS = mockinterview.main_questions(DECK.cards)
-ONLINE = DECK.get("main-online-softmax")
+ONLINE = CARD["main-online-softmax"]
 RUNNING_MAX, RUNNING_SUM, RESCALE = 0, 1, 2  # key point order in the deck
 
 
@@ -55,7 +56,7 @@ def test_formulas_are_normalised():
 
 
 def test_negation_cancels_a_word_unless_the_point_is_a_negation():
-    explain = DECK.get("main-explain-flashattention")
+    explain = CARD["main-explain-flashattention"]
     exact = explain.keypoints[5]
     assert not mockinterview.covers(exact, "The result is not exact, it is only an approximation of the softmax.")
     assert mockinterview.covers(exact, "The result is exact, there is no approximation at all.")

@@ -43,4 +43,4 @@ def test_pip_install_ships_every_topic(tmp_path):
     missing = sorted(shipped_sources() - installed)
     assert not missing, f"not installed: {missing}"
     topics = {p.parent.name for p in (ROOT / "exercises").glob("*/catalog.toml")}
-    assert topics and all((target / "drill" / "exercises" / t / "checks" / "conftest.py").is_file() for t in topics)
+    assert topics and all((target / "drill" / "exercises" / t / "checks" / "__init__.py").is_file() for t in topics)

@@ -166,9 +166,9 @@ def test_tiling_rejects_bad_sizes_in_one_line(args, word):
 
 
 def test_tiling_animates_and_steps_when_interactive(monkeypatch):
-    import drill.commands.show as show
+    import drill.visual.tiling as tiling
 
-    monkeypatch.setattr(show, "interactive", lambda: True)
+    monkeypatch.setattr(tiling, "interactive", lambda: True)
     result = run("tiling", "--s", "256", "--delay", "0")
     assert result.exit_code == 0, result.output
     assert f"total {flash_total(256, 64, 128):,} elements" in result.output
@@ -329,6 +329,29 @@ def test_decode_pictures_reject_bad_input(args):
 
 
 # -- start-up cost ----------------------------------------------------------------
+
+
+def test_every_view_in_the_catalogs_is_a_click_command_of_its_name():
+    import importlib
+
+    import click
+
+    from drill import catalog
+
+    views = catalog.all_views()
+    assert {"tiling", "online-softmax", "io", "ring", "splits", "pages"} <= set(views)
+    for view in views.values():
+        module, _, function = view.command.partition(":")
+        command = getattr(importlib.import_module(module), function)
+        assert isinstance(command, click.Command) and command.name == view.name, view
+
+
+def test_show_help_imports_no_heavy_module():
+    code = ("import sys; from click.testing import CliRunner; from drill.cli import cli; "
+            "r = CliRunner().invoke(cli, ['show', '--help']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('torch', 'triton', 'matplotlib', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_show_and_watch_import_no_heavy_module():

@@ -53,7 +53,7 @@ def test_live_quiz_reveals_rates_and_summarises(term):
 
 
 def test_live_quiz_numeric_answer_and_a_typo(term):
-    card = DECK.with_tag("pitfalls")[0]
+    card = [card for card in DECK.cards if "pitfalls" in card.tags][0]
     assert card.kind == "numeric"
     t = term("quiz", "--tag", "pitfalls", "--limit", "1")
     t.wait_for("Your answer (a number")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import click
+import pytest
 from click.testing import CliRunner
 
 from drill import cards, catalog
@@ -45,3 +47,41 @@ def test_workspace_readme_names_the_topics_own_first_file():
     other = dataclasses.replace(topic, name="other", exercises=(renamed, *topic.exercises[1:]))
     text = workspace_readme(other)
     assert "drill check 01_something_else.py" in text and "01_online_softmax.py" not in text
+
+
+@click.command(name="other-picture")
+def other_picture() -> None:
+    """A picture of the other topic."""
+    click.echo("the other topic's picture")
+
+
+def other_views(monkeypatch, *views: catalog.View) -> None:
+    """A second topic, 'other', that declares `views` for drill show."""
+    real = catalog.load_topic("flashattention")
+    topics = {"flashattention": real, "other": dataclasses.replace(real, name="other", exercises=(), views=views)}
+    monkeypatch.setattr(catalog, "topic_names", lambda: sorted(topics))
+    monkeypatch.setattr(catalog, "load_topic", lambda name: topics[name])
+
+
+def test_show_lists_and_runs_the_views_another_topic_declares(monkeypatch):
+    other_views(monkeypatch, catalog.View(topic="other", name="other-picture", command=f"{__name__}:other_picture",
+                                          example="drill show other-picture   # the other topic"))
+    help_text = run("show", "--help").output
+    assert "drill show other-picture   # the other topic" in help_text
+    listed = [line.split()[:2] for line in help_text.split("Commands:")[1].splitlines() if line.strip()]
+    assert ["other-picture", "A"] in listed and ["tiling", "The"] in listed
+    result = run("show", "other-picture")
+    assert result.exit_code == 0 and "the other topic's picture" in result.output
+
+
+def test_two_topics_declaring_one_view_is_one_line_and_exit_2(monkeypatch):
+    other_views(monkeypatch, catalog.View(topic="other", name="tiling", command=f"{__name__}:other_picture",
+                                          example=""))
+    result = CliRunner().invoke(cli, ["show", "tiling"])
+    assert result.exit_code == 2 and "drill show tiling is declared by both flashattention and other" in result.stderr
+
+
+def test_catalog_rejects_a_view_that_names_no_function():
+    text = 'format = 1\ntopic = "t"\ntitle = "T"\nintro = ""\n[[view]]\nname = "a"\ncommand = "drill.visual"\n'
+    with pytest.raises(catalog.CatalogError, match="module:function"):
+        catalog.parse_catalog(text, "t")

@@ -1,7 +1,7 @@
 """The trusted side's handle on the subject process, and the `sub` object checks call.
 
 `Subject` starts the sandboxed subject (drill/grader/subject.py, run from a scratch
-folder that holds copies of it, of protocol.py and of the user's file), loads the user's
+folder that holds copies of it, of the modules it imports and of the user's file), loads the user's
 file there, and sends it calls. Everything that comes back is a plain value; an error in
 user code comes back as a description and is raised here as `UserCodeError`.
 
@@ -100,7 +100,8 @@ class Subject:
         self._count += 1
         self.scratch = self.scratch_root / f"subject-{self._count}"
         self.scratch.mkdir(parents=True)
-        for source in [HERE / "subject.py", HERE / "protocol.py", HERE / "recording.py", *self.helpers]:
+        for source in [HERE / "subject.py", HERE / "protocol.py", HERE / "recording.py", HERE / "usertrace.py",
+                       *self.helpers]:
             shutil.copyfile(source, self.scratch / source.name)
         target = self.scratch / self.user_file.name
         target.write_bytes(self.user_file.read_bytes())

@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,14 +25,11 @@ from drill import userfile
 from drill.words import plural
 from drill.catalog import Exercise
 from drill.grader.result import CheckResult, GradeResult
+from drill.install_hint import nvidia_driver_present
 
 KILL_GRACE_S = 3.0  # time the worker gets past the deadline to report a hung check
 EVENTS_LIMIT_BYTES = 16 * 1024 * 1024
 SHOWN_OUTPUT = 2000
-
-
-def nvidia_driver_present() -> bool:
-    return shutil.which("nvidia-smi") is not None
 
 
 def _worker_env() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The untrusted side of grading: import the user's file and call its functions on request.
 
-Runs as a script from the scratch folder (copies of this file, protocol.py and
-recording.py sit beside the copy of the user's file), inside the sandbox drill.grader.sandbox set up.
+Runs as a script from the scratch folder (copies of this file, protocol.py,
+recording.py and usertrace.py sit beside the copy of the user's file), inside the sandbox drill.grader.sandbox set up.
 It never imports pytest, the hidden checks or anything that decides a verdict: it only
 answers calls. Whatever it says is treated as the user's own words by the trusted side.
 
@@ -16,6 +16,8 @@ import sys
 import time
 import traceback
 import warnings
+
+from usertrace import user_frames, user_line  # the copy beside this script
 
 
 def main(argv: list[str]) -> None:
@@ -78,7 +80,7 @@ def _load_error_message(exc: BaseException, user_file: str) -> str:
         return "your file called sys.exit() while being imported; keep top-level code to definitions"
     if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG: over the output cap
         return "too-much-output"
-    line = _user_line(exc, user_file)
+    line = user_line(exc, user_file)
     where = f" at line {line}" if line else ""
     detail = _first_line(exc)
     return f"your file raised {type(exc).__name__}{where} while being imported" + (f": {detail}" if detail else "")
@@ -137,13 +139,12 @@ def _helper(helper: dict):
 
 
 def _describe(exc: BaseException, user_file: str) -> dict:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == user_file]
-    shown = "".join(traceback.format_list(frames)).replace(user_file, "your file")
+    shown = "".join(traceback.format_list(user_frames(exc, user_file))).replace(user_file, "your file")
     return {
         "type": type(exc).__name__,
         "module": type(exc).__module__,
         "message": _first_line(exc),
-        "line": frames[-1].lineno if frames else None,
+        "line": user_line(exc, user_file),
         "traceback": shown[-4000:],
         "exit_code": repr(exc.code) if isinstance(exc, SystemExit) else None,
         "errno": getattr(exc, "errno", None) if isinstance(exc, OSError) else None,
@@ -164,14 +165,6 @@ def _first_line(exc: BaseException) -> str:
         return f"{lines[-1].strip()[:400]} ({where} of the @triton.jit function: {lines[-3].strip()[:120]})" \
             if len(lines) >= 3 else f"{lines[-1].strip()[:400]} ({where})"
     return lines[0][:500]
-
-
-def _user_line(exc: BaseException, user_file: str):
-    line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename == user_file:
-            line = frame.lineno
-    return line
 
 
 # --- torch exercises: arrays become tensors on the way in, tensors arrays on the way out ---

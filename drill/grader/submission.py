@@ -1,4 +1,5 @@
-"""The user's module, loaded once in the worker and handed to checks as the `sub` fixture."""
+"""The user's module, loaded once in the worker and handed to checks as the `sub` fixture
+(drill/grader/fixtures.py)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def main() -> int:
 
     import pytest  # while the subject imports numpy and the user's file
 
-    from drill.grader import submission
+    from drill.grader import fixtures, submission
     from drill.grader.recorder import Recorder
 
     subject.wait_loaded(deadline=float(job["deadline"]))
@@ -66,7 +66,7 @@ def main() -> int:
             "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal", "-p", "no:stepwise"]
     if job.get("keyword"):
         args += ["-k", job["keyword"]]
-    code = pytest.main(args, plugins=[recorder])
+    code = pytest.main(args, plugins=[recorder, fixtures])
     return finish(emit, subject, job["nonce"], int(code))
 
 

@@ -8,9 +8,13 @@ Standard library and rich only: `drill show` must start fast.
 
 from __future__ import annotations
 
+import click
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from drill.console import console
+from drill.errors import cannot
 
 MAX_KEYS_DRAWN = 96  # one character per key; longer caches are drawn one character per block
 MAX_SPLITS = 64
@@ -142,3 +146,33 @@ def pages_summary(seq_lens: list[int], page: int, shared: int) -> Group:
                      "instead of once per sequence; a sequence that writes into a shared page first "
                      "copies it (copy-on-write).")
     return Group(head, Text(""), table, Text(""), pool_line, Text(""), notes)
+
+
+# -- drill show splits, drill show pages -------------------------------------------
+
+
+@click.command(name="splits")
+@click.option("--keys", "sk", type=int, default=100, show_default=True, help="Cached keys (sk).")
+@click.option("--splits", "num_splits", type=int, default=6, show_default=True, help="Number of splits.")
+def show_splits(sk: int, num_splits: int) -> None:
+    """Split-KV decoding (FlashDecoding): which split each cached key falls in."""
+    reason = validate_splits(sk, num_splits)
+    if reason:
+        cannot(reason)
+    console.print(splits_summary(sk, num_splits))
+
+
+@click.command(name="pages")
+@click.option("--seq-lens", default="37,12,50", show_default=True, help="Comma-separated sequence lengths.")
+@click.option("--page", type=int, default=16, show_default=True, help="Tokens per page.")
+@click.option("--shared", type=int, default=0, show_default=True, help="Prefix pages shared by every sequence.")
+def show_pages(seq_lens: str, page: int, shared: int) -> None:
+    """PagedAttention: each sequence's block table and the pages it names in the shared pool."""
+    try:
+        lens = [int(x) for x in seq_lens.split(",") if x.strip()]
+    except ValueError:
+        cannot(f"--seq-lens must be comma-separated integers (got {seq_lens!r})")
+    reason = validate_pages(lens, page, shared)
+    if reason:
+        cannot(reason)
+    console.print(pages_summary(lens, page, shared))

@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import click
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from drill.console import console
+from drill.errors import cannot
 
 MAX_VALUES = 10_000
 MAX_PROBS = 32  # probabilities listed after the table
@@ -153,3 +157,35 @@ def summary(values: list[float], block: int) -> Group:
     note = Text("Whenever a block raises the max, the old ℓ (and, in attention, the old output O) "
                 "is multiplied by exp(m_old − m_new) ≤ 1, so nothing overflows.", style="grey50")
     return Group(table(steps), Text(""), text, Text(""), note)
+
+
+# -- drill show online-softmax -----------------------------------------------------
+
+WORKED_EXAMPLE = ("1", "3", "2", "5")  # the row of exercise 01's docstring and its cards
+
+
+@click.command(name="online-softmax", context_settings={"ignore_unknown_options": True})
+@click.argument("values", nargs=-1, metavar="X...")
+@click.option("--block", type=int, default=2, show_default=True, help="Entries per block.")
+def show_online_softmax(values: tuple[str, ...], block: int) -> None:
+    """Stream one row X... in blocks: running max m, sum ℓ and the rescale factor after each.
+
+    Without X, the worked example: 1 3 2 5 in blocks of 2.
+
+    \b
+    Example (the card's row):  drill show online-softmax 1 3 2 5 --block 2
+    -inf masks an entry; commas work as separators too.
+    """
+    if block < 1:
+        cannot(f"--block must be at least 1 (got {block})")
+    if not values:
+        # No row given: the worked example of exercise 01 and its cards, in blocks of two.
+        values = WORKED_EXAMPLE
+        console.print("No numbers given: the worked example, row (1 3 | 2 5) in blocks of "
+                      f"{block}. Give your own: drill show online-softmax 4 -1 0 7", style="muted",
+                      soft_wrap=True)
+    try:
+        row = parse_values(values)
+    except BadRow as exc:
+        cannot(str(exc))
+    console.print(summary(row, block))

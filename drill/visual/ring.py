@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import click
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from drill.console import console
+from drill.errors import cannot
 
 MAX_WORLD = 8  # a wider table no longer fits a terminal line
 
@@ -108,3 +112,18 @@ def summary(world: int, causal: bool, zigzag: bool) -> Group:
 
 def _num(f: Fraction) -> str:
     return str(f) if f.denominator != 1 else str(f.numerator)
+
+
+# -- drill show ring ---------------------------------------------------------------
+
+
+@click.command(name="ring")
+@click.option("--world", type=int, default=4, show_default=True, help="Number of ranks W.")
+@click.option("--causal", is_flag=True, help="Causal mask: show the blocks it skips.")
+@click.option("--zigzag", is_flag=True, help="Zigzag sharding (rank r holds chunks r and 2W-1-r).")
+def show_ring(world: int, causal: bool, zigzag: bool) -> None:
+    """Which K/V shard each rank holds at each ring step, and the work causal masking leaves."""
+    reason = validate(world)
+    if reason:
+        cannot(reason)
+    console.print(summary(world, causal, zigzag))

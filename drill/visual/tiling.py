@@ -12,13 +12,18 @@ when k <= q + (s_k - s_q).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+import click
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from drill import iocount
+from drill.console import console, interactive
+from drill.errors import cannot
+from drill.visual import check_bytes
 
 FULL, DIAGONAL, SKIP = "full", "diagonal", "skip"
 MAX_DRAWN = 48  # blocks per side; a bigger grid would not fit a terminal line
@@ -451,3 +456,68 @@ def summary(t: Tiling, dtype_bytes: int = 2) -> Group:
         parts.append(Text(f"  … {n - MAX_TRACE:,} more steps", style="grey50"))
     parts += [Text(""), totals(t, dtype_bytes)]
     return Group(*parts)
+
+
+# -- drill show tiling -------------------------------------------------------------
+
+
+@click.command(name="tiling")
+@click.option("--s", "s", type=int, default=512, show_default=True, help="Sequence length.")
+@click.option("--d", "d", type=int, default=64, show_default=True, help="Head dimension.")
+@click.option("--br", type=int, default=128, show_default=True, help="Rows per Q block.")
+@click.option("--bc", type=int, default=128, show_default=True, help="Rows per K/V block.")
+@click.option("--causal", is_flag=True, help="Causal mask: skip blocks that are entirely masked.")
+@click.option("--step", "by_key", is_flag=True, help="Advance one (i, j) step per Enter key.")
+@click.option("--delay", type=float, default=None, help="Seconds per step when animated (default: ~8 s in all).")
+@click.option("--bytes", "dtype_bytes", type=int, default=2, show_default=True,
+              help="Bytes per element, for the byte counts (2: fp16/bf16).")
+def show_tiling(s: int, d: int, br: int, bc: int, causal: bool, by_key: bool, delay: float | None,
+                dtype_bytes: int) -> None:
+    """The FlashAttention-2 forward loop over the s×s score grid, with SRAM tiles and HBM traffic.
+
+    Animated on a terminal; a static summary (grid, tiles, loop trace, totals) otherwise.
+    """
+    reason = validate(s, d, br, bc)
+    if reason:
+        cannot(reason)
+    check_bytes(dtype_bytes)
+    if delay is not None and not 0 <= delay <= 60:
+        cannot(f"--delay must be between 0 and 60 seconds (got {delay})")
+    t = Tiling(s, s, d, br, bc, causal)
+    if not interactive() or not t.drawable:
+        console.print(summary(t, dtype_bytes))
+        return
+    try:
+        if by_key:
+            _step_by_key(t)
+        else:
+            _animate(t, delay if delay is not None else min(0.6, max(0.03, 8 / (t.tr * t.tc))))
+    except KeyboardInterrupt:
+        console.print("[muted]stopped[/muted]")
+        return
+    console.print()
+    console.print(totals(t, dtype_bytes))
+
+
+def _animate(t: Tiling, delay: float) -> None:
+    from rich.live import Live
+
+    frames = steps(t)
+    first = next(frames)
+    with Live(frame(t, first), console=console, refresh_per_second=30, auto_refresh=False) as live:
+        time.sleep(delay)
+        for step in frames:
+            live.update(frame(t, step), refresh=True)
+            time.sleep(delay)
+
+
+def _step_by_key(t: Tiling) -> None:
+    for step in steps(t):
+        console.clear()
+        console.print(frame(t, step, footer="Enter: next step · q then Enter: stop"))
+        try:
+            key = input()
+        except EOFError:
+            return
+        if key.strip().lower() in ("q", "quit"):
+            return

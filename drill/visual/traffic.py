@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+import click
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from drill import iocount
+from drill.console import console
+from drill.errors import cannot
+from drill.visual import check_bytes
 
 # H200 figures from FLASHATTENTION-FACTS.md and BENCHMARKS.md, for the roofline remark.
 HBM_BYTES_PER_S = 4.8e12
@@ -227,3 +232,65 @@ def plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
         fig.savefig(path)
     finally:
         plt.close(fig)
+
+
+# -- drill show io -----------------------------------------------------------------
+
+
+@click.command(name="io")
+@click.option("--s", "s_max", type=int, default=16384, show_default=True,
+              help="Longest sequence in the table (it doubles from 512 up to this).")
+@click.option("--d", "d", type=int, default=128, show_default=True, help="Head dimension.")
+@click.option("--br", type=int, default=None, help="Rows per Q block (default 128, a real kernel's tile).")
+@click.option("--bc", type=int, default=None, help="Rows per K/V block (default 64).")
+@click.option("--sram", default=None,
+              help="Derive Br, Bc from SRAM as FlashAttention-1 did: elements (49152) or bytes (100KB, 228KiB).")
+@click.option("--bytes", "dtype_bytes", type=int, default=2, show_default=True,
+              help="Bytes per element (2: fp16/bf16, 4: fp32).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw traffic against s into this PNG (needs matplotlib).")
+def show_io(s_max: int, d: int, br: int | None, bc: int | None, sram: str | None, dtype_bytes: int,
+            plot_path: str | None) -> None:
+    """HBM traffic, K/V re-reads, FLOPs and the roofline of standard attention and FlashAttention-2."""
+    if s_max <= 0 or s_max > MAX_S:
+        cannot(f"--s must be between 1 and {MAX_S:,} (got {s_max})")
+    if d <= 0 or d > 65536:
+        cannot(f"--d must be a positive head dimension (got {d})")
+    for name, value in (("--br", br), ("--bc", bc)):
+        if value is not None and not 0 < value <= MAX_S:
+            cannot(f"{name} must be a positive whole number of rows (got {value})")
+    check_bytes(dtype_bytes)
+    how = None
+    auto_br, auto_bc = DEFAULT_BR, DEFAULT_BC
+    if sram is not None:
+        try:
+            m, how = parse_sram(sram, dtype_bytes)
+        except BadInput as exc:
+            cannot(str(exc))
+        auto_br, auto_bc = block_sizes(m, d)
+    if plot_path and not Path(plot_path).expanduser().resolve().parent.is_dir():
+        cannot(f"--plot {plot_path}: its folder does not exist")
+    if plot_path and not _has_matplotlib():
+        cannot("--plot needs matplotlib: pip install 'mlsys-drill[plot]' (or pip install matplotlib)")
+    br, bc = br or auto_br, bc or auto_bc
+    console.print(summary(s_max, d, br, bc, dtype_bytes, how if (br, bc) == (auto_br, auto_bc) else None))
+    if plot_path:
+        _plot(plot_path, s_max, d, br, dtype_bytes)
+
+
+def _plot(path: str, s_max: int, d: int, br: int, dtype_bytes: int) -> None:
+    try:
+        plot(path, s_max, d, br, dtype_bytes)
+    except (OSError, ValueError) as exc:
+        cannot(f"could not write the plot to {path}: {exc}")
+    console.print(f"wrote [accent]{path}[/accent]")
+
+
+def _has_matplotlib() -> bool:
+    # Asked before the table is printed, so a missing matplotlib is the only output.
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules (blocked) raises ValueError
+        return False

@@ -2,8 +2,8 @@
 
 usage: python _ring_harness.py WORK_DIR
 
-A script, not a pytest module. The trusted grader copies it, sandbox.py and the user's
-file into a scratch folder and starts it there inside the sandbox (drill.grader.sandbox),
+A script, not a pytest module. The trusted grader copies it, sandbox.py, usertrace.py and
+the user's file into a scratch folder and starts it there inside the sandbox (drill.grader.sandbox),
 so it and every rank are untrusted: nothing they write decides a value's verdict. The
 grader gives each rank its own folder WORK_DIR/ranks/W<w>_r<r>/ holding a copy of the
 user's file and that rank's shards only (inputs.npz), and reads each rank's (o, lse) back
@@ -36,7 +36,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +43,7 @@ import sandbox  # the copy beside this script
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from usertrace import user_line  # the copy beside this script
 
 COLLECTIVES = (
     "all_gather", "all_gather_into_tensor", "all_gather_object", "all_gather_coalesced", "_all_gather_base",
@@ -133,17 +133,9 @@ def _peer(name, args, kwargs):
     return None
 
 
-def _user_line(exc: BaseException, user_file: str):
-    line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename == user_file:
-            line = frame.lineno
-    return line
-
-
 def _describe(exc: BaseException, user_file: str) -> dict:
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    return {"type": type(exc).__name__, "message": text, "line": _user_line(exc, user_file)}
+    return {"type": type(exc).__name__, "message": text, "line": user_line(exc, user_file)}
 
 
 def _as_array(x):

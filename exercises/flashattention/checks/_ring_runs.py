@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drill.grader import sandbox
+from drill.grader import sandbox, usertrace
 from drill.grader.proxy import load_array, read_regular
 
 HARNESS = Path(__file__).with_name("_ring_harness.py")
@@ -216,6 +216,7 @@ def launch(subject, user_file: str) -> Runs:
     work = subject.script_scratch("ring")
     shutil.copyfile(HARNESS, work / HARNESS.name)
     shutil.copyfile(Path(sandbox.__file__), work / "sandbox.py")
+    shutil.copyfile(Path(usertrace.__file__), work / "usertrace.py")
     source = Path(user_file).read_bytes()
     name = Path(user_file).name
     for w, arrays in inputs.items():
