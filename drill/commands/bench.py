@@ -48,7 +48,7 @@ def _gpu_or_reason() -> str:
 def _render(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
-    from drill.kernels.bench import LABELS, table_columns
+    from drill.kernels.bench import LABELS, table_columns, user_in_noise
     from drill.kernels.bench_user import METHOD
 
     present, ratio_keys = table_columns(rows)
@@ -62,8 +62,8 @@ def _render(rows: list[dict], title: str) -> None:
         table.add_column(k.replace("user", "yours"), justify="right")
     for r in rows:
         cells = [str(r["d"]), str(r["s"]), f"{r['b']}×{r['h']}", "causal" if r["causal"] else "none", r["pass"]]
-        noisy = "≈" if r.get("user_round_trip", {}).get("within_noise") else ""
-        cells += [(noisy if n == "user" else "") + f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "[muted]n/a[/muted]"
+        cells += [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else
+                  "[muted]in noise[/muted]" if n == "user" and user_in_noise(r) else "[muted]n/a[/muted]"
                   for n in present]
         cells += [f"{r[k]:.2f}" if k in r else "—" for k in ratio_keys]
         table.add_row(*cells)
@@ -77,8 +77,9 @@ def _render(rows: list[dict], title: str) -> None:
     for n, e in sorted(errs):
         console.print(f"[muted]{LABELS[n]} could not run some cases: {e}[/muted]", soft_wrap=True)
     if "user" in present:
-        console.print(f"[muted]yours: {METHOD}. ≈: the transfer is over half the round trip, so the figure is "
-                      "within its noise.[/muted]", soft_wrap=True)
+        console.print(f"[muted]yours: {METHOD}. in noise: the transfer is over half the round trip, so your "
+                      "kernel's time is within the transfer's noise and not shown (the round trips are in the "
+                      "lines above and in --json).[/muted]", soft_wrap=True)
 
 
 @click.command(name="bench")
