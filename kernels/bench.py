@@ -7,11 +7,13 @@ Every row times each implementation on the same inputs (one shape, one mask, one
   flash       ... pinned to SDPBackend.FLASH_ATTENTION (PyTorch's FlashAttention-2)
   efficient   ... pinned to SDPBackend.EFFICIENT_ATTENTION (memory-efficient, xformers-style)
   flex        torch.nn.attention.flex_attention.flex_attention under torch.compile
-  user        a user's flash_attention(q, k, v, causal, sm_scale) loaded from a file
+  user        a user's flash_attention(q, k, v, causal, sm_scale) from a file, forward only: timed
+              through the grader's sandboxed subject (kernels/bench_user.py), never imported here
 
 TFLOP/s counts 4*B*H*S^2*D for the forward (half of it when causal) and 2.5 times that for
-the backward; times are triton.testing.do_bench medians (L2 flushed between runs). The
-backward is timed alone: autograd.grad on a graph kept from one forward.
+the backward; times are triton.testing.do_bench medians (L2 flushed between runs), except
+the user's: round trip minus calibrated transfer (bench_user.METHOD). The backward is timed
+alone: autograd.grad on a graph kept from one forward.
 
 Used by kernels/gpu_suite.py and by `drill bench`; run directly with
 `python -m drill.kernels.bench [--quick]`.
@@ -19,7 +21,6 @@ Used by kernels/gpu_suite.py and by `drill bench`; run directly with
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -34,7 +35,7 @@ LABELS = {
     "flash": "SDPA FLASH",
     "efficient": "SDPA EFFICIENT",
     "flex": "FlexAttention",
-    "user": "yours",
+    "user": "yours (round trip − transfer)",
 }
 HEADS = {32: 64, 64: 32, 128: 16, 256: 8}  # H * D = 2048: a model width that fills the GPU
 
@@ -46,21 +47,13 @@ def flops(b: int, h: int, s: int, d: int, causal: bool, pass_: str) -> float:
     return f * (2.5 if pass_ == "bwd" else 1.0)
 
 
-def load_user_kernel(path: str | Path) -> Callable:
-    """flash_attention(q, k, v, causal, sm_scale) from a Python file."""
-    path = Path(path)
-    spec = importlib.util.spec_from_file_location(f"drill_user_kernel_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    fn = getattr(mod, "flash_attention", None)
-    if not callable(fn):
-        raise AttributeError(f"{path} defines no function flash_attention(q, k, v, causal, sm_scale)")
-    return fn
+def bench_cases(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True)) -> list[dict]:
+    """The table's sizes, in its order: one {"d", "s", "b", "h", "causal"} per (head dim, S, mask)."""
+    return [{"d": d, "s": s, "b": max(1, tokens // s), "h": HEADS.get(d, max(1, 2048 // d)), "causal": causal}
+            for d in ds for s in seqs for causal in causals]
 
 
-def _implementations(user_fn: Callable | None) -> dict[str, Callable]:
+def _implementations() -> dict[str, Callable]:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -112,8 +105,6 @@ def _implementations(user_fn: Callable | None) -> dict[str, Callable]:
         impls["flex"] = flex
     except Exception:  # older torch: no FlexAttention
         pass
-    if user_fn is not None:
-        impls["user"] = lambda q, k, v, causal, scale: user_fn(q, k, v, causal, scale)
     return impls
 
 
@@ -144,14 +135,18 @@ def _time_impl(fn, q, k, v, causal, scale, pass_, ref_o):
 
 
 def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
-                passes=("fwd", "bwd"), dtype: str = "bfloat16", impls=IMPLS, user_fn: Callable | None = None,
+                passes=("fwd", "bwd"), dtype: str = "bfloat16", impls=IMPLS, user: dict | None = None,
                 log: Callable[[str], None] = print) -> list[dict]:
-    """Run the table; one dict per (head dim, S, mask, pass) with ms and TFLOP/s per implementation."""
+    """Run the table; one dict per (head dim, S, mask, pass) with ms and TFLOP/s per implementation.
+
+    user: the user's kernel already timed, {(d, s, causal): result} from bench_user.time_user_kernel
+    (forward rows only; its backward rows leave the column empty).
+    """
     import torch
 
     dt = getattr(torch, dtype)
-    all_impls = _implementations(user_fn)
-    names = [n for n in impls if n in all_impls]
+    all_impls = _implementations()
+    names = [n for n in impls if n in all_impls or (n == "user" and user is not None)]
     rows = []
     for d in ds:
         h = HEADS.get(d, max(1, 2048 // d))
@@ -169,6 +164,9 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
                            "ms": {}, "tflops": {}, "max_err_vs_sdpa": {}, "errors": {}}
                     fl = flops(b, h, s, d, causal, pass_)
                     for name in names:
+                        if name == "user":
+                            _user_figures(row, (user or {}).get((d, s, causal)), fl)
+                            continue
                         try:
                             ms, err = _time_impl(all_impls[name], q, k, v, causal, scale, pass_, ref_o)
                             row["ms"][name] = ms
@@ -191,6 +189,29 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
     return rows
 
 
+def _user_figures(row: dict, result: dict | None, fl: float) -> None:
+    """The user's forward figures (timed beforehand in the sandbox) into a row of the table.
+
+    Where the transfer is over half the round trip, the difference is within the transfer's
+    noise: the row keeps both round trips and gets no ms or TFLOP/s (shown as "in noise").
+    """
+    if row["pass"] != "fwd" or result is None:
+        return
+    if result.get("error"):
+        row["errors"]["user"] = result["error"]
+        return
+    row["max_err_vs_sdpa"]["user"] = result["max_err"]
+    row["user_round_trip"] = {k: result[k] for k in ("round_trip_ms", "transfer_ms", "within_noise", "calls")}
+    if not result["within_noise"]:
+        row["ms"]["user"] = result["ms"]
+        row["tflops"]["user"] = fl / result["ms"] * 1e-9
+
+
+def user_in_noise(row: dict) -> bool:
+    """Whether the user's kernel was timed in this row but its time is within the transfer's noise."""
+    return bool(row.get("user_round_trip", {}).get("within_noise"))
+
+
 def warm_flex(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
               dtype: str = "bfloat16", log: Callable[[str], None] = print) -> None:
     """Compile FlexAttention (forward and backward) for every benchmark shape, once.
@@ -199,7 +220,7 @@ def warm_flex(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causa
     disk, so the timing process later finds the kernels built."""
     import torch
 
-    flex = _implementations(None).get("flex")
+    flex = _implementations().get("flex")
     if flex is None:
         log("warm_flex: no FlexAttention in this torch")
         return
@@ -232,7 +253,8 @@ def format_row(row: dict, names) -> str:
 
 def table_columns(rows: list[dict]) -> tuple[list[str], list[str]]:
     """(implementations that ran or failed in any row, ratio keys present in any row)."""
-    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] for r in rows)]
+    present = [n for n in IMPLS if any(n in r["tflops"] or n in r["errors"] or (n == "user" and user_in_noise(r))
+                                       for r in rows)]
     ratio_keys = [k for k in ("ours/cudnn", "ours/flash", "user/cudnn", "user/flash") if any(k in r for r in rows)]
     return present, ratio_keys
 
@@ -247,7 +269,8 @@ def to_markdown(rows: list[dict]) -> str:
         cells = [str(r["d"]), f"{r['s'] // 1024}k" if r["s"] % 1024 == 0 else str(r["s"]), f"{r['b']}×{r['h']}",
                  "causal" if r["causal"] else "none", r["pass"]]
         for n in present:
-            cells.append(f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "—")
+            cells.append(f"{r['tflops'][n]:.0f}" if n in r["tflops"] else
+                         "in noise" if n == "user" and user_in_noise(r) else "—")
         cells += [f"{r[k]:.2f}" if k in r else "—" for k in ratio_keys]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -762,6 +785,15 @@ def _cfg_str(cfg: dict) -> str:
     return s + ("pf" if cfg.get("PREFETCH") else "") + (f"poly{cfg['POLY']}" if cfg.get("POLY") else "")
 
 
+def time_user(path, table_kw: dict, log: Callable[[str], None] = print) -> dict:
+    """The user's kernel timed in the sandbox at the forward sizes of bench_table(**table_kw)."""
+    from drill.kernels import bench_user
+
+    sizes = {k: table_kw[k] for k in ("ds", "seqs", "tokens", "causals") if k in table_kw}
+    log("yours: timed first, forward only, in the grader's sandboxed process (round trip minus calibrated transfer)")
+    return bench_user.time_user_kernel(path, bench_cases(**sizes), dtype=table_kw.get("dtype", "bfloat16"), log=log)
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -776,9 +808,9 @@ def main(argv=None) -> int:
         warm_flex(**(dict(ds=(128,), seqs=(4096, 16384)) if a.quick else {}))
         return 0
     impls = [n for n in IMPLS if not (a.no_flex and n == "flex")]
-    user = load_user_kernel(a.kernel) if a.kernel else None
     kw = dict(ds=(128,), seqs=(4096, 16384)) if a.quick else {}
-    rows = bench_table(impls=impls, user_fn=user, **kw)
+    user = time_user(a.kernel, kw) if a.kernel else None
+    rows = bench_table(impls=impls, user=user, **kw)
     print(to_markdown(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

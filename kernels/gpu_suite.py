@@ -187,10 +187,10 @@ def step_flash_bench(ctx: Context) -> StepResult:
     if ctx.args.impls:
         impls = [n for n in impls if n in ctx.args.impls.split(",")]
     kw = dict(ds=(128,), seqs=(4096, 16384)) if ctx.args.quick else {}
-    user = bench.load_user_kernel(ctx.args.kernel) if ctx.args.kernel else None
+    user = bench.time_user(ctx.args.kernel, kw, log=ctx.log) if ctx.args.kernel else None  # in the sandbox
     if ctx.args.compile_workers > 1 and not os.environ.get("DRILL_SUITE_PRECOMPILED"):
         bench.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
-    rows = bench.bench_table(impls=impls, user_fn=user, log=ctx.log, **kw)
+    rows = bench.bench_table(impls=impls, user=user, log=ctx.log, **kw)
     table = bench.to_markdown(rows)
     ctx.log(table)
     head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}, "

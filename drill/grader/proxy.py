@@ -354,20 +354,21 @@ class FunctionProxy:
         return self.observe(*args, **kwargs).result
 
     def observe(self, *args, return_args: bool = False, record: dict | None = None, helper: dict | None = None,
-                **kwargs) -> Outcome:
+                timeout: float | None = None, **kwargs) -> Outcome:
         """Call, and return the result with what was seen around it (warnings, arguments after).
 
         record={position: name}: the rows of those arguments the code read come back in
         Outcome.reads. helper={"module": NAME, "spec": {...}}: the subject runs the call
         through the helper module NAME (added with SubmissionProxy.use_helper); what it
-        returns beside the result is in Outcome.extra.
+        returns beside the result is in Outcome.extra. timeout: seconds before the subject is
+        ended and SubjectGone raised (none by default: the grader's deadline stops a hung check).
         """
         measuring = _measurements[-1] if _measurements else None
         SubmissionProxy.last_call = (self.__name__, list(args), dict(kwargs))
         try:
             outcome = self.subject.call(self.__name__, list(args), kwargs, return_args=return_args,
                                         measure_memory=measuring is not None, torch=SubmissionProxy.torch,
-                                        record=record, helper=helper)
+                                        record=record, helper=helper, timeout=timeout)
         except UserCodeError as error:
             SubmissionProxy.outputs.append(getattr(error, "output", ""))
             raise

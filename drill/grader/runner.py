@@ -38,8 +38,13 @@ def _worker_env() -> dict[str, str]:
 
 def subject_env(exercise: Exercise) -> dict[str, str]:
     """Variables the subject needs beyond the sandbox's defaults."""
+    return triton_subject_env() if exercise.needs == "gpu" else {}
+
+
+def triton_subject_env() -> dict[str, str]:
+    """For a subject running Triton kernels: the interpreter where no NVIDIA driver is found."""
     env = {}
-    if exercise.needs == "gpu" and not nvidia_driver_present():
+    if not nvidia_driver_present():
         # Triton reads this when a kernel is decorated, i.e. while the user's file is imported.
         env["TRITON_INTERPRET"] = "1"
     return env
@@ -85,9 +90,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
     with tempfile.TemporaryDirectory(prefix="drill-grade-", ignore_cleanup_errors=True) as tmp:
         # The worker and the subject see only this copy, taken once: the learner's file can
         # change (or vanish) while it is graded without changing what is graded.
-        copy = Path(tmp) / "submission" / _safe_name(user_file.name)
-        copy.parent.mkdir()
-        copy.write_bytes(source)
+        copy = place_copy(source, user_file.name, Path(tmp) / "submission")
         job = {
             "nonce": nonce, "user_file": str(copy), "checks_file": str(exercise.checks_path),
             "functions": list(exercise.functions), "deadline": deadline, "memory_mb": exercise.memory_mb,
@@ -100,18 +103,9 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             "repro": str(Path(tmp) / "repro.npz") if repro else "",
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-X", f"pycache_prefix={pycache_dir()}", "-m", "drill.grader.worker"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=_worker_env(),
-                cwd=tmp, start_new_session=True,
-            )
-            try:
-                proc.stdin.write((json.dumps(job) + "\n").encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            events, timed_out = _read_events(proc, timeout + KILL_GRACE_S)
-            _stop(proc)
+            proc = start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)
+            events, timed_out = read_events(proc, timeout + KILL_GRACE_S)
+            stop_trusted(proc)
             stderr.seek(0)
             worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
@@ -143,8 +137,39 @@ def _safe_name(name: str) -> str:
     return cleaned if cleaned.endswith(".py") else cleaned + ".py"
 
 
-def _read_events(proc: subprocess.Popen, limit_s: float) -> tuple[list[dict], bool]:
-    """The worker's JSON lines, read within the time limit and a size cap."""
+def place_copy(source: bytes, name, folder: Path) -> Path:
+    """The learner's file, read once (userfile.read_bytes), written into a new `folder` under a safe name.
+
+    The trusted process and the subject see only this copy: the learner's file can change
+    (or vanish) meanwhile without changing what is graded or timed.
+    """
+    folder.mkdir()
+    copy = folder / _safe_name(name)
+    copy.write_bytes(source)
+    return copy
+
+
+def start_trusted(module: str, job: dict, *, cwd: Path, stderr) -> subprocess.Popen:
+    """Start a trusted process (`python -I -m MODULE`, its own session, bytecode kept private) with
+    `job` as one JSON line on its stdin; it answers in JSON lines on its stdout (`read_events`)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-X", f"pycache_prefix={pycache_dir()}", "-m", module],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=_worker_env(),
+        cwd=cwd, start_new_session=True,
+    )
+    try:
+        proc.stdin.write((json.dumps(job) + "\n").encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    return proc
+
+
+def read_events(proc: subprocess.Popen, limit_s: float, on_event=None) -> tuple[list[dict], bool]:
+    """The worker's JSON lines, read within the time limit and a size cap; (events, timed out).
+
+    on_event(event), if given, sees each event as it arrives (progress lines).
+    """
     events, buffer, total = [], b"", 0
     end = time.monotonic() + limit_s
     fd = proc.stdout.fileno()
@@ -170,9 +195,11 @@ def _read_events(proc: subprocess.Popen, limit_s: float) -> tuple[list[dict], bo
                 return events, False  # everything after a broken line is untrustworthy
             if isinstance(event, dict):
                 events.append(event)
+                if on_event is not None:
+                    on_event(event)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_trusted(proc: subprocess.Popen) -> None:
     """End the worker (it ends its subject tree on SIGTERM), then anything left in its group."""
     if proc.poll() is None:
         proc.terminate()

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from drill.grader import submission
+from drill.grader import roundtrip, submission
 from drill.grader.expect import fail, max_error
 
 PROBE = Path(__file__).with_name("_triton_probe.py")
@@ -465,9 +464,13 @@ def verdict(got: torch.Tensor, want: torch.Tensor, tol: float, call: str, hint: 
 
 
 # --------------------------------------------------------------------------- timing (GPU only)
+#
+# Whole round trips timed here, less a do-nothing kernel's (drill/grader/roundtrip.py says
+# why). Used by the speed check and by `drill bench --kernel` (kernels/bench_user.py).
 
 
 NULL_KERNEL = Path(__file__).with_name("_triton_null.py")
+TIMED_CALLS = 9  # per size; each on inputs from a fresh, unpredictable seed, each output checked
 
 
 def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str):
@@ -479,38 +482,83 @@ def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str):
 
 def null_subject(sub):
     """A second subject, with drill's do-nothing kernel as its file: the round trip without a kernel."""
-    from drill.grader.proxy import Subject, SubmissionProxy
+    from drill.grader.proxy import SubmissionProxy
 
-    user = sub._subject
-    clean = Subject(NULL_KERNEL, ["flash_attention"], scratch_root=user.scratch_root / "calibration",
-                    hidden=user.hidden, memory_mb=user.memory_mb, cap_address_space=user.cap_address_space,
-                    env=user.env, cuda=user.cuda)
-    proxy = SubmissionProxy(clean)
+    proxy = SubmissionProxy(roundtrip.calibration_subject(sub._subject, NULL_KERNEL, ["flash_attention"]))
     proxy.use_helper(PROBE)
     return proxy
 
 
-def timed_round_trips(proxy, shape, dtype: torch.dtype, causal: bool, seeds, check=None) -> float:
-    """Median ms of whole calls (request, inputs drawn from a fresh seed, kernel, output back).
+def timed_round_trips(proxy, shape, dtype: torch.dtype, causal: bool, seeds, check=None, *, positional: bool = False,
+                      device: str = "cuda", timeout: float | None = None) -> float:
+    """Median ms of whole calls (request, inputs drawn in the subject from the seed, kernel, output back).
 
     Timed here, in the trusted process: nothing in the subject can shorten it. `check(seed,
-    ret)` sees every output, outside the timed part.
+    ret)` sees every output, outside the timed part. positional: call flash_attention(q, k,
+    v, causal, 1/sqrt(D)), the form `drill bench --kernel` documents, instead of
+    flash_attention(q, k, v[, causal=True]) as the exercise's checks do.
     """
-    spec = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "device": "cuda"}
-    kwargs = {"causal": True} if causal else {}
-    times = []
-    for seed in seeds:
+    proxy.use_helper(PROBE)
+    spec = {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "device": device}
+    args = (bool(causal), default_scale(shape[-1], None)) if positional else ()
+    kwargs = {"causal": True} if causal and not positional else {}
+
+    def call(seed):
         helper = {"module": PROBE.stem, "entry": "seeded", "spec": dict(spec, seed=int(seed))}
-        started = time.perf_counter()
-        outcome = proxy.flash_attention.observe(helper=helper, **kwargs)
-        times.append((time.perf_counter() - started) * 1e3)
-        if check is not None:
-            observed = outcome.extra.get("observed")
-            array = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype == np.int16 \
-                else None
-            check(seed, Returned(array, observed if isinstance(observed, dict) else {}))
-    times.sort()
-    return times[len(times) // 2]
+        return proxy.flash_attention.observe(*args, helper=helper, timeout=timeout, **kwargs)
+
+    def seen(seed, outcome):
+        observed = outcome.extra.get("observed")
+        array = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype == np.int16 else None
+        check(seed, Returned(array, observed if isinstance(observed, dict) else {}))
+
+    return roundtrip.timed_round_trips(call, list(seeds), seen if check is not None else None)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One size's figures, in ms: the user's round trip and the do-nothing kernel's (the transfer)."""
+
+    round_trip: float
+    transfer: float
+    max_error: float  # largest |o - reference| over the outputs checked
+
+    @property
+    def kernel(self) -> float:
+        return max(self.round_trip - self.transfer, 1e-3)
+
+    @property
+    def within_noise(self) -> bool:
+        return roundtrip.within_noise(self.round_trip, self.transfer)
+
+
+def time_seeded(sub, calibration, shape, dtype: torch.dtype, causal: bool, reference, call: str, *,
+                calls: int = TIMED_CALLS, positional: bool = False, device: str = "cuda",
+                warmup_timeout: float | None = None, timeout: float | None = None) -> Timing:
+    """Time the user's kernel at one size through `sub`, less the same calls through `calibration`.
+
+    One warm-up call (compiles, tunes), then `calls` timed ones; every call draws its inputs
+    from a fresh seed the subject cannot predict, and every output of the user's kernel is
+    checked against reference(q, k, v, causal) on the same inputs drawn here, within a few
+    units of the dtype's rounding (fails the check, CheckFailure, otherwise).
+    """
+    errors = []
+
+    def check(seed, ret):
+        q, k, v = seeded_inputs(shape, dtype, seed, device)
+        check_returned(ret, q, call)
+        want = reference(q, k, v, causal).double()
+        got = from_bits(ret, dtype, q.device)
+        errors.append(max_error(got.double().cpu().numpy(), want.cpu().numpy()))
+        verdict(got, want, FLOOR[dtype] * max(1.0, float(want.abs().max())), call)
+
+    seeds = roundtrip.fresh_seeds(calls + 1)  # the first is the warm-up
+    kw = dict(positional=positional, device=device)
+    timed_round_trips(sub, shape, dtype, causal, seeds[:1], check, timeout=warmup_timeout, **kw)
+    timed_round_trips(calibration, shape, dtype, causal, seeds[:1], timeout=warmup_timeout, **kw)
+    round_trip = timed_round_trips(sub, shape, dtype, causal, seeds[1:], check, timeout=timeout, **kw)
+    transfer = timed_round_trips(calibration, shape, dtype, causal, seeds[1:], timeout=timeout, **kw)
+    return Timing(round_trip, transfer, max(errors))
 
 
 def from_bits(ret: Returned, dtype: torch.dtype, device) -> torch.Tensor:

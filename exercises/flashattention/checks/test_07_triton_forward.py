@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+from drill.grader import roundtrip
 from drill.grader.expect import fail, note
 
 from . import _triton_forward_support as tf
@@ -312,9 +313,6 @@ def _time(fn):
         return None
 
 
-TIMED_CALLS = 9  # per size; each on inputs from a fresh seed, each output checked
-
-
 def test_speed(sub, mode):
     """Speed against the reference kernel and SDPA"""
     if not mode.gpu:
@@ -328,33 +326,22 @@ def test_speed(sub, mode):
               ("SDPA FLASH", _sdpa(SDPBackend.FLASH_ATTENTION))]
     dtype = str(SPEED_DTYPE).removeprefix("torch.")
     note(f"speed, {dtype}, TFLOP/s (forward 4·B·H·S²·D, half when causal). yours: the median wall-clock round "
-         f"trip of {TIMED_CALLS} calls into the sandboxed process running your file (each on fresh inputs, each "
-         "output checked), minus the median round trip of a kernel that computes nothing through the same path "
-         "(the transfer cost, calibrated in a clean process); the others: do_bench medians in the grader. "
-         "reference = drill.kernels.flash_attention (default config); SDPA backends pinned with sdpa_kernel")
+         f"trip of {tf.TIMED_CALLS} calls into the sandboxed process running your file (each on fresh inputs drawn "
+         "there from a seed it cannot predict, each output checked), minus the median round trip of a kernel "
+         "that computes nothing through the same path (the transfer cost, calibrated in a clean process); "
+         "the others: do_bench medians in the grader. reference = drill.kernels.flash_attention (default "
+         "config); SDPA backends pinned with sdpa_kernel")
     note("B H S D causal | yours | " + " | ".join(n for n, _ in others) + " | yours/reference | yours/SDPA cuDNN")
     slow = []
     calibration = tf.null_subject(sub)
     try:
-        for index, (B, H, S, D, causal) in enumerate(SPEED_CASES):
+        for B, H, S, D, causal in SPEED_CASES:
             shape = (B, H, S, D)
             call = tf.describe(torch.empty(shape, dtype=SPEED_DTYPE, device="meta"), causal, None)
             call += " (speed size, inputs drawn in your process from a seed, against the reference kernel)"
-
-            def check(seed, ret, causal=causal, call=call, shape=shape):
-                q, k, v = tf.seeded_inputs(shape, SPEED_DTYPE, seed, "cuda")
-                tf.check_returned(ret, q, call)
-                want = reference_kernel(q, k, v, causal=causal).double()
-                tol = tf.FLOOR[SPEED_DTYPE] * max(1.0, float(want.abs().max()))
-                tf.verdict(tf.from_bits(ret, SPEED_DTYPE, q.device), want, tol, call)
-
-            seeds = [7000 + 100 * index + i for i in range(TIMED_CALLS + 1)]  # the first is a warm-up
-            tf.timed_round_trips(sub, shape, SPEED_DTYPE, causal, seeds[:1], check)
-            tf.timed_round_trips(calibration, shape, SPEED_DTYPE, causal, seeds[:1])
-            round_trip = tf.timed_round_trips(sub, shape, SPEED_DTYPE, causal, seeds[1:], check)
-            transfer = tf.timed_round_trips(calibration, shape, SPEED_DTYPE, causal, seeds[1:])
-            figures = {"yours": max(round_trip - transfer, 1e-3)}
-            q, k, v = tf.seeded_inputs(shape, SPEED_DTYPE, seeds[0], "cuda")
+            timing = tf.time_seeded(sub, calibration, shape, SPEED_DTYPE, causal, others[0][1], call)
+            figures = {"yours": timing.kernel}
+            q, k, v = tf.seeded_inputs(shape, SPEED_DTYPE, roundtrip.fresh_seeds(1)[0], "cuda")
             for name, fn in others:
                 figures[name] = _time(lambda fn=fn: fn(q, k, v, causal))
             rate = {n: tf.tflops(B, H, S, D, causal, ms) if ms else None for n, ms in figures.items()}
@@ -365,8 +352,8 @@ def test_speed(sub, mode):
             cells = " | ".join(f"{rate[n]:.3g}" if rate[n] else "n/a" for n in figures)
             note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
                  f"{ratio('yours', 'SDPA cuDNN')}")
-            note(f"  round trip {round_trip:.3g} ms, of which transfer {transfer:.3g} ms (calibrated)")
-            if transfer > 0.5 * round_trip:
+            note(f"  round trip {timing.round_trip:.3g} ms, of which transfer {timing.transfer:.3g} ms (calibrated)")
+            if timing.within_noise:
                 # The kernel is a small part of the round trip: its time is within the transfer's
                 # noise (seen on an H200: 1-5 ms of kernel in 60-120 ms of transfer). No verdict here;
                 # a kernel slow enough to stand out of the transfer is still failed below.

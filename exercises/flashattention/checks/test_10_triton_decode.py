@@ -13,14 +13,13 @@ value; cache rows past seq_len hold NaN, so reading them shows in the output.
 from __future__ import annotations
 
 import math
-import secrets
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from drill.grader import roundtrip
 from drill.grader.expect import close, fail, matches, note
 from drill.grader.proxy import SubmissionProxy
 
@@ -247,13 +246,7 @@ NULL_KERNEL = Path(__file__).with_name("_triton_null_decode.py")
 
 def _null_subject(sub):
     """A second subject whose file is a kernel that computes nothing: the round trip without a kernel."""
-    from drill.grader.proxy import Subject
-
-    user = sub._subject
-    clean = Subject(NULL_KERNEL, ["flash_decode"], scratch_root=user.scratch_root / "calibration",
-                    hidden=user.hidden, memory_mb=user.memory_mb, cap_address_space=user.cap_address_space,
-                    env=user.env, cuda=user.cuda)
-    proxy = SubmissionProxy(clean)
+    proxy = SubmissionProxy(roundtrip.calibration_subject(sub._subject, NULL_KERNEL, ["flash_decode"]))
     proxy.use_helper(PROBE)
     return proxy
 
@@ -261,16 +254,11 @@ def _null_subject(sub):
 def _round_trips(proxy, spec: dict, seeds, check=None) -> float:
     """Median ms of whole calls (request, q drawn from the seed, kernel, o back), timed here in the
     trusted process; `check(seed, outcome)` sees every output outside the timed part."""
-    times = []
-    for seed in seeds:
-        helper = {"module": PROBE.stem, "entry": "seeded", "spec": dict(spec, q_seed=int(seed))}
-        started = time.perf_counter()
-        outcome = proxy.flash_decode.observe(helper=helper)
-        times.append((time.perf_counter() - started) * 1e3)
-        if check is not None:
-            check(seed, outcome)
-    times.sort()
-    return times[len(times) // 2]
+    def call(seed):
+        return proxy.flash_decode.observe(helper={"module": PROBE.stem, "entry": "seeded",
+                                                  "spec": dict(spec, q_seed=int(seed))})
+
+    return roundtrip.timed_round_trips(call, list(seeds), check)
 
 
 def _median_ms(fn) -> float:
@@ -311,7 +299,7 @@ def test_speed(sub, mode):
     try:
         for B, Hq, Hkv, S in SPEED_CASES:
             spec = {"B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "D": SPEED_D, "dtype": SPEED_DTYPE, "device": "cuda",
-                    "kv_seed": secrets.randbelow(2**31)}
+                    "kv_seed": roundtrip.fresh_seeds(1)[0]}
             k, v = probe.draw_cache(spec, "cuda")
             seq_lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
             what = (f"flash_decode(q[{B}x{Hq}x{SPEED_D}] {SPEED_DTYPE}, k_cache/v_cache[{B}x{Hkv}x{S}x{SPEED_D}], "
@@ -328,7 +316,7 @@ def test_speed(sub, mode):
                 mine = torch.from_numpy(got).view(getattr(torch, SPEED_DTYPE)).double().numpy()
                 close(mine, want, what, atol=2e-2 * float(np.abs(want).max()), what="o")
 
-            seeds = [secrets.randbelow(2**31) for _ in range(TIMED_CALLS + 1)]  # the first is a warm-up
+            seeds = roundtrip.fresh_seeds(TIMED_CALLS + 1)  # the first is a warm-up
             _round_trips(sub, spec, seeds[:1], check)
             _round_trips(calibration, spec, seeds[:1])
             round_trip = _round_trips(sub, spec, seeds[1:], check)
@@ -343,7 +331,7 @@ def test_speed(sub, mode):
             note(f"  round trip {round_trip:.3g} ms, of which transfer {transfer:.3g} ms (calibrated)")
             del k, v
             torch.cuda.empty_cache()
-            if transfer > 0.5 * round_trip:
+            if roundtrip.within_noise(round_trip, transfer):
                 note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
                 continue
             if yours < MIN_SPEED_RATIO * reference:
