@@ -250,7 +250,10 @@ def test_launch_grid(sub, mode):
 # --------------------------------------------------------------------------- GPU only
 
 ACCURACY_CASES = [(2, 3, 1000, 64, False), (1, 4, 777, 128, True)]
-SPEED_CASES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True)]
+# Long sequences, few heads: the work grows with S², the output sent back with S. At B·H = 64, S = 4k
+# the 64 MB output took 65-133 ms to come back against 30-57 ms for a kernel 100× too slow, so
+# not even that kernel stood out of the transfer (H200); here 16 MB comes back for the same work.
+SPEED_CASES = [(1, 2, 32768, 64, False), (1, 2, 32768, 128, False), (1, 2, 32768, 128, True)]
 SPEED_DTYPE = torch.bfloat16
 MIN_SPEED_RATIO = 0.25  # of the reference kernel's TFLOP/s, at every size
 
