@@ -30,33 +30,6 @@ def _median_ms(fn, rep=60) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median"))
 
 
-def _graph_ms(fn, rep=100) -> float:
-    """Median ms of one CUDA-graph replay of fn (captured once), L2 flushed before each replay:
-    the GPU's time alone, without the host's launch overhead (how serving engines run decode)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # warm on a side stream, as capture wants
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for i in range(rep):
-        flush.zero_()
-        starts[i].record()
-        graph.replay()
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(a.elapsed_time(b) for a, b in zip(starts, ends))
-    del graph
-    return times[len(times) // 2]
-
-
 def _host_us(fn, calls=200) -> float:
     """Host microseconds per call, the GPU left to run behind: what a call costs the CPU."""
     import torch
@@ -185,6 +158,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
     import torch
 
     from drill.kernels import decode
+    from drill.kernels.bench import graph_ms
 
     impls = _implementations(no_flex)
     flex_spent = 0.0
@@ -216,7 +190,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
                 row[f"{name}_us"] = ms * 1e3
                 try:
                     row[f"{name}_host_us"] = _host_us(lambda fn=fn, case=case: fn(case))
-                    row[f"{name}_graph"] = kv_bytes / (_graph_ms(lambda fn=fn, case=case: fn(case)) * 1e-3) / 1e12
+                    row[f"{name}_graph"] = kv_bytes / (graph_ms(lambda fn=fn, case=case: fn(case)) * 1e-3) / 1e12
                 except Exception as exc:  # noqa: BLE001 - a backend that cannot be captured in a graph
                     row[f"{name}_graph_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
             for suffix in ("", "_graph"):

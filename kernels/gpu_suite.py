@@ -125,29 +125,29 @@ def step_tests(ctx: Context) -> StepResult:
 
 def step_sweep(ctx: Context) -> StepResult:
     """Time every launch config of the flash kernels (tuning only; off by default)."""
-    from drill.kernels import bench
+    from drill.kernels import sweep
 
     kinds = tuple(ctx.args.sweep_kinds.split(","))
     seqs = tuple(int(x) for x in ctx.args.sweep_seqs.split(","))
-    res = bench.sweep_configs(kinds=kinds, seqs=seqs, workers=ctx.args.compile_workers, log=ctx.log)
+    res = sweep.sweep_configs(kinds=kinds, seqs=seqs, workers=ctx.args.compile_workers, log=ctx.log)
     (ctx.out / "sweep.json").write_text(json.dumps(res, indent=1))
     lines = ["| kernel | D | S | causal | best configs (ms) |", "|---|---|---|---|---|"]
     for r in res:
-        top = ", ".join(f"{bench._cfg_str(t['cfg'])} {t['ms']:.3f}" for t in r["ranked"][:4])
+        top = ", ".join(f"{sweep.cfg_str(t['cfg'])} {t['ms']:.3f}" for t in r["ranked"][:4])
         lines.append(f"| {r['kind']} | {r['d']} | {r['s']} | {r['causal']} | {top} |")
     return StepResult("pass", f"{len(res)} cases swept", "\n".join(lines), {})
 
 
 def step_tile_modes(ctx: Context) -> StepResult:
     """Our kernel with per-program device descriptors (MODE 1) against host descriptors (MODE 2)."""
-    from drill.kernels import bench
+    from drill.kernels import bench, sweep
 
     saved = os.environ.get("DRILL_FLASH_TMA")
     res: dict = {}
     try:
         for mode in ("1", "auto"):
             os.environ["DRILL_FLASH_TMA"] = mode
-            bench.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log)
+            sweep.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log)
             rows = bench.bench_table(impls=("ours",), log=ctx.log)
             for r in rows:
                 res.setdefault((r["d"], r["s"], r["causal"], r["pass"]), {})[mode] = r["tflops"].get("ours")
@@ -171,7 +171,7 @@ def step_flash_bench(ctx: Context) -> StepResult:
     import torch
     import triton
 
-    from drill.kernels import bench, flash
+    from drill.kernels import bench, flash, sweep
 
     warm = ctx.background.pop("flex_warm", None)
     if warm is not None:  # let FlexAttention's compiles (started with the tests) finish first
@@ -189,7 +189,7 @@ def step_flash_bench(ctx: Context) -> StepResult:
     kw = dict(ds=(128,), seqs=(4096, 16384)) if ctx.args.quick else {}
     user = bench.time_user(ctx.args.kernel, kw, log=ctx.log) if ctx.args.kernel else None  # in the sandbox
     if ctx.args.compile_workers > 1 and not os.environ.get("DRILL_SUITE_PRECOMPILED"):
-        bench.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
+        sweep.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
     rows = bench.bench_table(impls=impls, user=user, log=ctx.log, **kw)
     table = bench.to_markdown(rows)
     ctx.log(table)
@@ -210,10 +210,10 @@ def step_flash_features(ctx: Context) -> StepResult:
     """Issue 16's rows: GQA against SDPA enable_gqa, the [B, S, H, D] layout, fp32 accuracy,
     pinned forward variants (polynomial exp2, short-causal tiles) and backward plans (split,
     one-pass, atomic dQ) against cuDNN in one run. --features picks tables by function name."""
-    from drill.kernels import bench
+    from drill.kernels import bench, sweep
 
     if ctx.args.compile_workers > 1:  # the tuner's candidates and every pinned variant, in parallel
-        bench.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log, extra=tuple(bench.variant_jobs()))
+        sweep.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log, extra=tuple(bench.variant_jobs()))
         os.environ["DRILL_SUITE_PRECOMPILED"] = "1"
     parts, data, failed = [], {}, []
     saved = os.environ.get("DRILL_FLASH_TUNE")

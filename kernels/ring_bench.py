@@ -208,13 +208,14 @@ def time_rank(rank: int, world: int, seqs: list[int], reps: int, config: dict) -
             one = 0.0
             if rank == 0:
                 flash_attention(q, k, v, causal=causal)
-                one = statistics.median(_elapsed_ms(lambda: flash_attention(q, k, v, causal=causal), device)
+                one = statistics.median(_elapsed_ms(lambda q=q, k=k, v=v: flash_attention(q, k, v, causal=causal), device)
                                         for _ in range(reps))
             dist.barrier()
             one = _max_across(one, config, rank)
             for layout in ("contiguous", "zigzag") if causal else ("contiguous",):
                 mine = [shard(t, rank, world, layout) for t in (q, k, v)]
-                ms = _time(lambda: ring_attention(*mine, causal=causal, layout=layout, impl="flash"), reps, config, rank)
+                ms = _time(lambda mine=mine: ring_attention(*mine, causal=causal, layout=layout, impl="flash"),
+                           reps, config, rank)
                 rows.append({"seq": seq, "causal": causal, "layout": layout, "one_gpu_ms": one, "ring_ms": ms})
                 del mine
         del q, k, v

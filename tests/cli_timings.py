@@ -43,7 +43,7 @@ def main() -> None:
             results.append((f"drill check {stub.name} (stub)", *timed(["check", stub.name], ws, env, repeat)))
             shutil.copy(ROOT / "solutions" / "flashattention" / stub.name, stub)
             results.append((f"drill check {stub.name} (solution)", *timed(["check", stub.name], ws, env, repeat)))
-    print(f"| command | median (s) | best (s) | exit |\n|---|---|---|---|")
+    print("| command | median (s) | best (s) | exit |\n|---|---|---|---|")
     for label, median, best, code in results:
         print(f"| `{label}` | {median:.2f} | {best:.2f} | {code} |")
 
