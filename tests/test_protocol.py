@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drill.grader import protocol
+from drill.grader import protocol, usertrace
 
-# subject.py runs as a script beside a copy of protocol.py; load it the same way here.
+# subject.py runs as a script beside copies of protocol.py and usertrace.py; load it the same way here.
 sys.modules.setdefault("protocol", protocol)
+sys.modules.setdefault("usertrace", usertrace)
 _spec = importlib.util.spec_from_file_location("drill_subject", Path(protocol.__file__).with_name("subject.py"))
 subject = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(subject)
