@@ -623,9 +623,9 @@ def _candidates(kind: str, d: int) -> list[dict]:
 
 
 # Backward plan (kernels/NOTES.md, v7): "split" (dK/dV pass, then dQ pass; 7 matmuls per score
-# tile), "onepass" (one pass, 5 matmuls, dQ added in key-block order: deterministic), "atomic"
-# (one pass, dQ by atomic adds: NOT deterministic, for comparison only) or "auto" (the tuner
-# times split and onepass per shape bucket and keeps the faster).
+# tile), "onepass" (one pass, 5 matmuls, dQ added in key-block order: deterministic) or "atomic"
+# (one pass, dQ by atomic adds: NOT deterministic). Measured on an H200, both one-pass plans
+# are slower than split at every size (0.11-0.54x and 0.72-0.84x), so they stay for comparison.
 BACKWARD = os.environ.get("DRILL_FLASH_BWD", "split")
 
 # Tests and the benchmark may pin configs: {"fwd": {...}, ...}. Empty means tune.
@@ -842,35 +842,10 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
                                                                  D=D, BLOCK_M=block, CAUSAL=causal)
 
     plans = {"split": split, "onepass": lambda: one_pass(False), "atomic": lambda: one_pass(True)}
-    plan = BACKWARD
-    if plan == "auto":
-        plan = _backward_plan(key, plans)
-    if plan not in plans:
-        raise ValueError(f"flash.BACKWARD = {BACKWARD!r}: expected 'split', 'onepass', 'atomic' or 'auto'")
-    plans[plan]()
+    if BACKWARD not in plans:
+        raise ValueError(f"flash.BACKWARD = {BACKWARD!r}: expected 'split', 'onepass' or 'atomic'")
+    plans[BACKWARD]()
     return dq, dk, dv
-
-
-def _backward_plan(key: tuple, plans: dict) -> str:
-    """BACKWARD = "auto": the faster deterministic plan (split or onepass) for this shape bucket,
-    timed once per bucket on the GPU (each plan's kernels tune themselves first); split under
-    the interpreter or with DRILL_FLASH_TUNE=0."""
-    if _interpreting() or os.environ.get("DRILL_FLASH_TUNE", "1") == "0":
-        return "split"
-    cached = _TUNED.get(("bwd_plan",) + key)
-    if cached is None:
-        times = {}
-        for name in ("split", "onepass"):
-            try:
-                plans[name]()  # compile and tune outside the timing
-                times[name] = triton.testing.do_bench(plans[name], warmup=10, rep=50)
-            except Exception:  # a plan whose kernels do not compile or fit here
-                continue
-        if not times:
-            raise RuntimeError(f"flash_attention: no backward plan ran for {key}")
-        cached = _TUNED[("bwd_plan",) + key] = {"plan": min(times, key=times.get),
-                                                **{f"{n}_ms": round(t, 4) for n, t in times.items()}}
-    return cached["plan"]
 
 
 class _FlashAttention(torch.autograd.Function):
