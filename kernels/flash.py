@@ -88,6 +88,16 @@ def _origin(offset, stride_row):
 
 
 @triton.jit
+def _head(base, b, h, stride_b, stride_h, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr,
+          MODE: tl.constexpr):
+    """Head h of batch b of a [B, H, n_rows, D]-shaped tensor (any strides): its tile source and
+    the (row, column) where it begins, for _load_rows and _store_rows."""
+    offset = b * stride_b + h * stride_h
+    r0, c0 = _origin(offset, stride_row)
+    return _tile_source(base, offset, n_rows, stride_row, BLOCK, D, MODE), r0, c0
+
+
+@triton.jit
 def _load_rows(src, r0, c0, row0, n_rows, stride_row, BLOCK: tl.constexpr, D: tl.constexpr, MODE: tl.constexpr):
     """Rows [row0, row0 + BLOCK) of one head, zeros past n_rows. -> [BLOCK, D]"""
     if MODE == 1:
@@ -175,15 +185,9 @@ def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, S
     hk = h // G  # the key/value head of this query head's group
     start_m = pid_m * BLOCK_M
 
-    q_off = b * sqb + h * sqh
-    q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
-    q_r0, q_c0 = _origin(q_off, sqs)
-    k_off = b * skb + hk * skh
-    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
-    k_r0, k_c0 = _origin(k_off, sks)
-    v_off = b * svb + hk * svh
-    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
-    v_r0, v_c0 = _origin(v_off, svs)
+    q_src, q_r0, q_c0 = _head(Q, b, h, sqb, sqh, SQ, sqs, BLOCK_M, D, MODE)
+    k_src, k_r0, k_c0 = _head(K, b, hk, skb, skh, SK, sks, BLOCK_N, D, MODE)
+    v_src, v_r0, v_c0 = _head(V, b, hk, svb, svh, SK, svs, BLOCK_N, D, MODE)
 
     rows = start_m + tl.arange(0, BLOCK_M)
     if CAUSAL:
@@ -270,9 +274,7 @@ def _fwd_kernel(Q, K, V, O, LSE,
     (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
      q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
         Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
-    o_off = b * sob + h * soh
-    o_src = _tile_source(O, o_off, SQ, sos, BLOCK_M, D, MODE)
-    o_r0, o_c0 = _origin(o_off, sos)
+    o_src, o_r0, o_c0 = _head(O, b, h, sob, soh, SQ, sos, BLOCK_M, D, MODE)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -419,18 +421,10 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
     G = H // HKV
     start_n = pid_n * BLOCK_N
 
-    k_off = b * skb + hk * skh
-    k_src = _tile_source(K, k_off, SK, sks, BLOCK_N, D, MODE)
-    k_r0, k_c0 = _origin(k_off, sks)
-    v_off = b * svb + hk * svh
-    v_src = _tile_source(V, v_off, SK, svs, BLOCK_N, D, MODE)
-    v_r0, v_c0 = _origin(v_off, svs)
-    dk_off = b * sdkb + hk * sdkh
-    dk_src = _tile_source(DK, dk_off, SK, sdks, BLOCK_N, D, MODE)
-    dk_r0, dk_c0 = _origin(dk_off, sdks)
-    dv_off = b * sdvb + hk * sdvh
-    dv_src = _tile_source(DV, dv_off, SK, sdvs, BLOCK_N, D, MODE)
-    dv_r0, dv_c0 = _origin(dv_off, sdvs)
+    k_src, k_r0, k_c0 = _head(K, b, hk, skb, skh, SK, sks, BLOCK_N, D, MODE)
+    v_src, v_r0, v_c0 = _head(V, b, hk, svb, svh, SK, svs, BLOCK_N, D, MODE)
+    dk_src, dk_r0, dk_c0 = _head(DK, b, hk, sdkb, sdkh, SK, sdks, BLOCK_N, D, MODE)
+    dv_src, dv_r0, dv_c0 = _head(DV, b, hk, sdvb, sdvh, SK, sdvs, BLOCK_N, D, MODE)
 
     k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
     v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
@@ -452,12 +446,8 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
     # the query heads of this group, one after the other: a fixed summation order
     for g in range(G):
         h = hk * G + g
-        q_off = b * sqb + h * sqh
-        q_src = _tile_source(Q, q_off, SQ, sqs, BLOCK_M, D, MODE)
-        q_r0, q_c0 = _origin(q_off, sqs)
-        do_off = b * sdob + h * sdoh
-        do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
-        do_r0, do_c0 = _origin(do_off, sdos)
+        q_src, q_r0, q_c0 = _head(Q, b, h, sqb, sqh, SQ, sqs, BLOCK_M, D, MODE)
+        do_src, do_r0, do_c0 = _head(DO, b, h, sdob, sdoh, SQ, sdos, BLOCK_M, D, MODE)
         lse2_ptr = LSE2 + (b * H + h) * SQ
         delta_ptr = DELTA + (b * H + h) * SQ
         dqacc_ptr = DQACC + (b * H + h) * SQ * D  # this head's fp32 dQ buffer (one-pass only)
@@ -523,12 +513,8 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
     (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
      q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
         Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
-    do_off = b * sdob + h * sdoh
-    do_src = _tile_source(DO, do_off, SQ, sdos, BLOCK_M, D, MODE)
-    do_r0, do_c0 = _origin(do_off, sdos)
-    dq_off = b * sdqb + h * sdqh
-    dq_src = _tile_source(DQ, dq_off, SQ, sdqs, BLOCK_M, D, MODE)
-    dq_r0, dq_c0 = _origin(dq_off, sdqs)
+    do_src, do_r0, do_c0 = _head(DO, b, h, sdob, sdoh, SQ, sdos, BLOCK_M, D, MODE)
+    dq_src, dq_r0, dq_c0 = _head(DQ, b, h, sdqb, sdqh, SQ, sdqs, BLOCK_M, D, MODE)
 
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)
     do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)
