@@ -39,7 +39,7 @@ def main() -> None:
         rows = [("drill --help", ["--help"]), ("drill status", ["status"]),
                 ("drill show online-softmax 1 3 2 5", ["show", "online-softmax", "1", "3", "2", "5"])]
         results = [(label, *timed(args, ws, env, repeat)) for label, args in rows]
-        for stub in sorted(ws.glob("0*.py")):
+        for stub in sorted(ws.glob("[0-9][0-9]_*.py")):
             results.append((f"drill check {stub.name} (stub)", *timed(["check", stub.name], ws, env, repeat)))
             shutil.copy(ROOT / "solutions" / "flashattention" / stub.name, stub)
             results.append((f"drill check {stub.name} (solution)", *timed(["check", stub.name], ws, env, repeat)))
