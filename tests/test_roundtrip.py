@@ -2,7 +2,8 @@
 
 On a CPU, through a real sandboxed subject with a plain-torch kernel: the seeds cannot be
 predicted by the subject (a file that answers ahead for the seeds it could guess never
-gets a hit), every timed output is checked, and the figures come from this side.
+gets a hit), every timed output is checked, the figures come from this side, and nothing of
+the user's file runs while the transfer is calibrated.
 """
 
 from __future__ import annotations
@@ -96,6 +97,27 @@ RIGHT_ONCE = textwrap.dedent('''
 ''')
 
 
+# Keeps the machine busy whenever it is not answering a call: left running, it would slow the
+# calibration's calls and so shrink its own figure (round trip minus transfer).
+HOGGING = textwrap.dedent('''
+    import threading
+
+    import torch.nn.functional as F
+
+
+    def _spin():
+        while True:
+            sum(range(10000))
+
+
+    threading.Thread(target=_spin, daemon=True).start()
+
+
+    def flash_attention(q, k, v, causal=False, sm_scale=None):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+''')
+
+
 def _subjects(tmp_path, source: str):
     path = tmp_path / "kernel.py"
     path.write_text(source, encoding="utf-8")
@@ -150,6 +172,29 @@ def test_calibration_runs_drills_null_kernel_not_the_users(tmp_path):
         assert calibration._subject.user_file == tf.NULL_KERNEL
         assert calibration._subject.helpers == [tf.PROBE] and calibration._subject.cuda == user._subject.cuda
         assert calibration._subject.scratch_root == user._subject.scratch_root / "calibration"
+    finally:
+        calibration._subject.close()
+        user._subject.close()
+
+
+@pytest.mark.slow
+def test_nothing_of_the_users_file_runs_while_the_transfer_is_calibrated(tmp_path, monkeypatch):
+    user, calibration = _subjects(tmp_path, HOGGING)
+    alive_during_calibration = []
+    timed = tf.timed_round_trips
+
+    def watching(proxy, *args, **kwargs):
+        if proxy is calibration:
+            alive_during_calibration.append(user._subject.alive)
+        return timed(proxy, *args, **kwargs)
+
+    monkeypatch.setattr(tf, "timed_round_trips", watching)
+    try:
+        timing = tf.time_seeded(user, calibration, SHAPE, torch.bfloat16, True, _reference, "flash_attention(test)",
+                                calls=3, device="cpu")
+        assert alive_during_calibration == [False, False], alive_during_calibration
+        assert not user._subject.alive  # nor while the caller times the references next
+        assert timing.round_trip > 0 and timing.transfer > 0
     finally:
         calibration._subject.close()
         user._subject.close()

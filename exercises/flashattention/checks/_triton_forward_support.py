@@ -554,10 +554,17 @@ def time_seeded(sub, calibration, shape, dtype: torch.dtype, causal: bool, refer
 
     seeds = roundtrip.fresh_seeds(calls + 1)  # the first is the warm-up
     kw = dict(positional=positional, device=device)
-    timed_round_trips(sub, shape, dtype, causal, seeds[:1], check, timeout=warmup_timeout, **kw)
+    # Nothing of the user's file runs while the transfer is calibrated, nor after its own calls
+    # (when the caller times the references): a kernel or thread it left running would slow
+    # those and flatter its own figure. Closing ends every process of the file; the next call
+    # starts it again (the warm-up call pays for the import and the compiles).
+    sub._subject.close()
     timed_round_trips(calibration, shape, dtype, causal, seeds[:1], timeout=warmup_timeout, **kw)
-    round_trip = timed_round_trips(sub, shape, dtype, causal, seeds[1:], check, timeout=timeout, **kw)
     transfer = timed_round_trips(calibration, shape, dtype, causal, seeds[1:], timeout=timeout, **kw)
+    calibration._subject.close()
+    timed_round_trips(sub, shape, dtype, causal, seeds[:1], check, timeout=warmup_timeout, **kw)
+    round_trip = timed_round_trips(sub, shape, dtype, causal, seeds[1:], check, timeout=timeout, **kw)
+    sub._subject.close()
     return Timing(round_trip, transfer, max(errors))
 
 
