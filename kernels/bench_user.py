@@ -191,18 +191,13 @@ def time_cases(user, calibration, cases: list[dict], dtype: str, device: str, ca
 
 
 def main() -> int:
-    job = json.loads(sys.stdin.readline())
-    events = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # nothing but events reaches the caller
+    from drill.grader.worker import event_channel, load_error_message
 
-    def emit(**event) -> None:
-        events.write(json.dumps(event) + "\n")
-        events.flush()
+    job = json.loads(sys.stdin.readline())
+    emit = event_channel()
 
     from drill.grader import sandbox
     from drill.grader.proxy import TIMED_OUT, Subject, SubmissionProxy
-    from drill.grader.worker import load_error_message
 
     sandbox.become_subreaper()
     subject = Subject(Path(job["user_file"]), [FUNCTION], scratch_root=Path(job["scratch"]),

@@ -16,16 +16,23 @@ import sys
 from pathlib import Path
 
 
-def main() -> int:
-    job = json.loads(sys.stdin.readline())
+def event_channel():
+    """For a trusted process started by the runner: stdout becomes a JSON-lines channel that only
+    `emit(**event)` writes to (anything else printed goes to /dev/null). Returns emit."""
     events = os.fdopen(os.dup(1), "w", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # nothing but events reaches the runner
+    os.dup2(devnull, 1)  # nothing but events reaches the caller
 
     def emit(**event) -> None:
         events.write(json.dumps(event) + "\n")
         events.flush()
 
+    return emit
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.readline())
+    emit = event_channel()
     from drill.grader import sandbox
     from drill.grader.proxy import TIMED_OUT, Subject, SubmissionProxy
 
