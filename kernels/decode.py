@@ -39,6 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .fastlaunch import FastLaunch
+
 LOG2E = 1.4426950408889634
 
 
@@ -231,6 +233,10 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+# Positional arguments in signature order, constexprs included (see fastlaunch.py): a decode
+# call's host time is mostly Triton's launcher otherwise.
+_launch_split_kernel = FastLaunch(_split_kernel)
+_launch_merge_kernel = FastLaunch(_merge_kernel)
 _LOCKS: dict = {}
 MAX_FUSED_SPLITS = 64  # the fused merge holds [splits, D] fp32 partials in registers
 
@@ -251,11 +257,10 @@ def _launch_split(cfg, grid_args, part_o, part_l, o, num_splits, fused):
     block_n, warps, stages = cfg
     B = q.shape[0]
     locks = _locks(q.device, B * hkv) if fused else seq_lens  # LOCKS is never touched unfused
-    _split_kernel[(num_splits, B * hkv)](
-        q, k, v, seq_lens, table, part_o, part_l, o, locks, *strides, o.stride(0), o.stride(1),
-        scale, num_splits, hkv,
-        GROUP=group, GROUP_PAD=group_pad, D=D, BLOCK_N=block_n, PAGED=paged, PAGE=page, IEEE=ieee,
-        FUSED=fused, SPLITS_PAD=_pow2(num_splits) if fused else 1,
+    _launch_split_kernel(
+        (num_splits, B * hkv), q, k, v, seq_lens, table, part_o, part_l, o, locks, *strides, o.stride(0),
+        o.stride(1), scale, num_splits, hkv,
+        group, group_pad, D, block_n, paged, page, ieee, fused, _pow2(num_splits) if fused else 1,
         num_warps=warps, num_stages=stages)
 
 
@@ -290,8 +295,8 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         part_l = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
         _launch_split(cfg, grid_args, part_o, part_l, o, splits, fused)
         if not fused:
-            _merge_kernel[(B * Hq,)](part_o, part_l, o, splits, o.stride(0), o.stride(1), Hq, D=D,
-                                     SPLIT_TILE=min(32, _pow2(splits)), num_warps=4)
+            _launch_merge_kernel((B * Hq,), part_o, part_l, o, splits, o.stride(0), o.stride(1), Hq, D,
+                                 min(32, _pow2(splits)), num_warps=4)
 
     if FORCED_CONFIG is not None or _interpreting():
         cfg = FORCED_CONFIG or INTERPRET_CONFIG

@@ -193,6 +193,11 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
                     row[f"{name}_graph"] = kv_bytes / (graph_ms(lambda fn=fn, case=case: fn(case)) * 1e-3) / 1e12
                 except Exception as exc:  # noqa: BLE001 - a backend that cannot be captured in a graph
                     row[f"{name}_graph_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+            # The roofline at this size: a device copy moving as many bytes (read K, write K), replayed
+            # from a graph like the rows above; below ~1 GB launch and tail effects cap any kernel.
+            dst = torch.empty_like(case["k"])
+            row["copy_graph"] = kv_bytes / (graph_ms(lambda d=dst, k=case["k"]: d.copy_(k)) * 1e-3) / 1e12
+            del dst
             for suffix in ("", "_graph"):
                 if row.get("ours" + suffix) and row.get("cudnn" + suffix):
                     row["ours/cudnn" + suffix] = row["ours" + suffix] / row["cudnn" + suffix]
@@ -224,6 +229,8 @@ def to_markdown(rows: list[dict], copy: float | None, suffix: str = "") -> str:
         "ours / cuDNN", "ours / 4.8 TB/s"]
     if not suffix:
         head += ["host µs per call: ours, cuDNN", "splits, (BLOCK_N, warps, stages), merge"]
+    else:
+        head += ["copy of as many bytes, TB/s", "ours / copy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cfg = r.get("config") or {}
@@ -235,6 +242,8 @@ def to_markdown(rows: list[dict], copy: float | None, suffix: str = "") -> str:
             cells += [" / ".join(f"{r[n + '_host_us']:.0f}" if n + "_host_us" in r else "n/a" for n in ("ours", "cudnn")),
                       f"{cfg.get('num_splits')}, {cfg.get('config')}, {'fused' if cfg.get('fused') else 'kernel'}"
                       if cfg else ""]
+        elif "copy_graph" in r:
+            cells += [f"{r['copy_graph']:.2f}", f"{r['ours_graph'] / r['copy_graph']:.2f}" if "ours_graph" in r else "n/a"]
         lines.append("| " + " | ".join(cells) + " |")
     note = f"\nDevice copy: {copy:.2f} TB/s (read + write)." if copy and not suffix else ""
     return "\n".join(lines) + note

@@ -162,3 +162,21 @@ def test_gpu_accuracy(dtype, paged):
         err = (o - ref).abs().max().item()
         assert not torch.isnan(o).any()
         assert err <= 2 * naive_err + 1e-3, (B, Hq, Hkv, lens, err, naive_err)
+
+
+@pytest.mark.gpu
+def test_gpu_fast_launch_matches_tritons_launcher(monkeypatch):
+    """Repeated calls reuse the compiled kernels through kernels/fastlaunch.py: the outputs
+    must be bitwise those of Triton's own launcher, for a misaligned q and new seq_lens too."""
+    from drill.kernels import fastlaunch
+
+    q, k, v, sl = contiguous_cache(2, 32, 8, 4096, 128, [4096, 1000], dtype=torch.bfloat16)
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view_as(q)  # 2 bytes off
+    shifted.copy_(q)
+    calls = [(q, sl), (q, sl), (shifted, sl), (shifted, sl), (q, sl.flip(0).contiguous())]
+    before = dict(decode_mod._launch_split_kernel.launches)
+    fast = [flash_decode(qq, k, v, s) for qq, s in calls]
+    assert decode_mod._launch_split_kernel.launches["fast"] > before["fast"]
+    monkeypatch.setattr(fastlaunch, "enabled", False)
+    for (qq, s), got in zip(calls, fast):
+        assert torch.equal(got, flash_decode(qq, k, v, s))

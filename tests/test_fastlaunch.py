@@ -1,0 +1,87 @@
+"""kernels/fastlaunch.py: a compiled kernel is reused only for arguments Triton would compile
+the same way; anything that could change Triton's specialisation goes back through its launcher.
+A fake jit function stands in for Triton (no GPU here); the decode GPU tests run the real one."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from drill.kernels import fastlaunch  # noqa: E402
+
+
+class FakeCompiled:
+    function, packed_metadata = "fn-handle", "packed"
+
+    def __init__(self, log):
+        self.log = log
+
+    def launch_metadata(self, grid, stream, *args):
+        return "meta"
+
+    def run(self, *call):
+        self.log.append(("fast", call))
+
+
+class FakeJit:
+    def __init__(self):
+        self.log = []
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps, num_stages):
+            self.log.append(("jit", grid, args, num_warps, num_stages))
+            return FakeCompiled(self.log)
+        return launch
+
+
+@pytest.fixture
+def launcher(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(fastlaunch, "_current_stream", lambda device: 77)
+    jit = FakeJit()
+    return jit, fastlaunch.FastLaunch(jit)
+
+
+def test_a_repeated_specialisation_skips_the_jit_and_passes_every_argument(launcher):
+    jit, launch = launcher
+    x, y = torch.zeros(64), torch.zeros(64)
+    launch((4, 2), x, 128, 0.5, True, num_warps=8, num_stages=2)
+    launch((4, 2), y, 128, 0.5, True, num_warps=8, num_stages=2)
+    assert [e[0] for e in jit.log] == ["jit", "fast"]
+    grid0, grid1, grid2, stream, fn, packed, meta, enter, leave, *args = jit.log[1][1]
+    assert (grid0, grid1, grid2, stream, fn, packed) == (4, 2, 1, 77, "fn-handle", "packed")
+    assert args[0] is y and args[1:] == [128, 0.5, True]
+    assert launch.launches == {"jit": 1, "fast": 1}
+
+
+@pytest.mark.parametrize("change", ["int value", "misaligned pointer", "dtype", "constexpr", "warps"])
+def test_anything_triton_specialises_on_goes_back_through_the_jit(launcher, change):
+    jit, launch = launcher
+    base = torch.zeros(64)
+    launch((1,), base, 16, True, num_warps=4, num_stages=3)
+    args, opts = [base, 16, True], {"num_warps": 4, "num_stages": 3}
+    if change == "int value":
+        args[1] = 17
+    elif change == "misaligned pointer":
+        args[0] = base[1:]  # 4 bytes past a 16-byte boundary
+    elif change == "dtype":
+        args[0] = torch.zeros(64, dtype=torch.float16)
+    elif change == "constexpr":
+        args[2] = False
+    else:
+        opts["num_warps"] = 8
+    launch((1,), *args, **opts)
+    assert [e[0] for e in jit.log] == ["jit", "jit"]
+
+
+def test_the_interpreter_and_the_switch_always_use_triton(launcher, monkeypatch):
+    jit, launch = launcher
+    x = torch.zeros(8)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    launch((1,), x, num_warps=4, num_stages=1)
+    launch((1,), x, num_warps=4, num_stages=1)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(fastlaunch, "enabled", False)
+    launch((1,), x, num_warps=4, num_stages=1)
+    launch((1,), x, num_warps=4, num_stages=1)
+    assert [e[0] for e in jit.log] == ["jit"] * 4
