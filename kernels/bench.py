@@ -455,6 +455,9 @@ def variant_configs(d: int) -> dict[str, dict]:
     for bm, bn, w, st in ((64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 4, 2), (64, 128, 4, 2), (128, 128, 8, 2),
                           (128, 32, 4, 3), (64, 32, 4, 3)):
         out[f"{bm}x{bn} w{w} s{st}"] = fl._f(bm, bn, w, st)
+    # causal: every head's heaviest query block first (grid (B·H, blocks)), NOTES v8
+    out["default, heads first"] = {**base, "HEADS_FAST": True}
+    out["64x64 w4 s3, heads first"] = {**fl._f(64, 64, 4, 3), "HEADS_FAST": True}
     return out
 
 
@@ -475,7 +478,7 @@ def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None]
         h = HEADS.get(d, 16)
         variants = variant_configs(d)
         for s, causal, names in ((4096, False, ("default", "poly 1/2", "poly 1/4")),
-                                 (4096, True, ("default", "poly 1/2", "poly 1/4")),
+                                 (4096, True, ("default", "poly 1/2", "poly 1/4", "default, heads first")),
                                  (16384, False, ("default", "poly 1/2", "poly 1/4")),
                                  (1024, True, tuple(n for n in variants if "poly" not in n))):
             b = max(1, tokens // s)
@@ -524,7 +527,7 @@ def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None]
     return rows, "\n".join(lines)
 
 
-def graph_ms(fn: Callable) -> float:
+def graph_ms(fn: Callable, rep: int = 100) -> float:
     """Median ms of fn replayed from a CUDA graph captured once (do_bench: L2 flushed before each
     replay): the GPU's time alone, without Python or launch overhead between runs."""
     import torch
@@ -538,7 +541,7 @@ def graph_ms(fn: Callable) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return _median_ms(graph.replay)
+    return _median_ms(graph.replay, rep=rep)
 
 
 BWD_PROBE = """

@@ -166,7 +166,7 @@ def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.conste
 @triton.jit
 def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
-                   MODE: tl.constexpr):
+                   MODE: tl.constexpr, HEADS_FAST: tl.constexpr = False):
     """The set-up shared by the programs that own one query block (forward and dQ), so the
     causal bounds are written once: which rows, which keys, and what q, k, v tiles come through.
 
@@ -175,11 +175,17 @@ def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, S
     The mask is aligned bottom-right: row i sees key j iff j <= i + SK - SQ = rows_shifted[i].
     Every branch is on a constexpr, so the kernels compile to what the inlined code gave.
     """
-    pid_m = tl.program_id(0)
+    if HEADS_FAST:  # grid (batch·head, query block): block j of every head before block j - 1 of any
+        off_hz = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        blocks = tl.num_programs(1)
+    else:  # grid (query block, batch·head): a head's blocks side by side, its K and V hot in L2
+        pid_m = tl.program_id(0)
+        off_hz = tl.program_id(1)
+        blocks = tl.num_programs(0)
     if CAUSAL:
         # heavy (late) query blocks first, so the short ones fill the tail of the grid
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    off_hz = tl.program_id(1)
+        pid_m = blocks - 1 - pid_m
     b = (off_hz // H).to(tl.int64)
     h = off_hz % H
     hk = h // G  # the key/value head of this query head's group
@@ -270,10 +276,12 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
                 H, G, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
+                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr,
+                HEADS_FAST: tl.constexpr = False):
     (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
      q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
-        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
+        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE,
+        HEADS_FAST)
     o_src, o_r0, o_c0 = _head(O, b, h, sob, soh, SQ, sos, BLOCK_M, D, MODE)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -775,7 +783,8 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
     args = (q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
             H, H // HKV, SQ, SK, sm_scale * LOG2E)
     const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
-    grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
+    grid_fn = lambda m: ((B * H, triton.cdiv(SQ, m["BLOCK_M"])) if m.get("HEADS_FAST")  # noqa: E731
+                         else (triton.cdiv(SQ, m["BLOCK_M"]), B * H))
     key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK))
     tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M")])
     _launch("fwd", _fwd_kernel, grid_fn, args, const, key, tiles)

@@ -173,7 +173,8 @@ def test_gpu_fast_launch_matches_tritons_launcher(monkeypatch):
     q, k, v, sl = contiguous_cache(2, 32, 8, 4096, 128, [4096, 1000], dtype=torch.bfloat16)
     shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view_as(q)  # 2 bytes off
     shifted.copy_(q)
-    calls = [(q, sl), (q, sl), (shifted, sl), (shifted, sl), (q, sl.flip(0).contiguous())]
+    shorter = torch.tensor([2000, 999], dtype=torch.int32, device=sl.device)  # within the non-NaN rows
+    calls = [(q, sl), (q, sl), (shifted, sl), (shifted, sl), (q, shorter)]
     before = dict(decode_mod._launch_split_kernel.launches)
     fast = [flash_decode(qq, k, v, s) for qq, s in calls]
     assert decode_mod._launch_split_kernel.launches["fast"] > before["fast"]

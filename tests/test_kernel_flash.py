@@ -96,6 +96,17 @@ def test_cpu_forward_backward_match_float64(case, tile_path):
         assert err < (2e-5 if name in ("o", "lse") else 1e-4), f"{name}: max |flash - float64| = {err:.3g}"
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cpu_heads_fast_grid_gives_the_same_output(causal, monkeypatch):
+    """HEADS_FAST only reorders the programs (every head's query block j before block j - 1):
+    each block's output must be bitwise what the default grid gives."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 3, 48, 16, generator=g) for _ in range(3))
+    want = flash_attention(q, k, v, causal=causal)
+    monkeypatch.setitem(flash_mod.INTERPRET_CONFIGS, "fwd", {**flash_mod.INTERPRET_CONFIGS["fwd"], "HEADS_FAST": True})
+    assert torch.equal(flash_attention(q, k, v, causal=causal), want)
+
+
 def test_cpu_rows_with_no_key_give_zero_output_and_gradients(tile_path):
     # Sq = 20 > Sk = 8 with the bottom-right causal mask: rows 0..11 see no key.
     g = torch.Generator().manual_seed(7)
