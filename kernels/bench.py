@@ -388,10 +388,11 @@ def bench_layouts(ds=(64, 128), s: int = 4096, tokens: int = 16384, causals=(Fal
     return rows, "\n".join(lines)
 
 
-def fp32_accuracy(ds=(64,), b: int = 2, h: int = 8, s: int = 2048, causals=(False, True),
+def fp32_accuracy(ds=(64, 128), b: int = 2, h: int = 8, s: int = 2048, causals=(False, True),
                   log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """fp32 inputs: max |error| against float64 (o and the three gradients) and forward TFLOP/s, for
-    ours exact (PyTorch's default), ours with TF32 allowed, SDPA EFFICIENT (the fp32 SDPA backend)."""
+    ours by default (3xTF32), with TF32 allowed and on scalar FMAs, and SDPA EFFICIENT (the fp32 SDPA
+    backend)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -419,12 +420,12 @@ def fp32_accuracy(ds=(64,), b: int = 2, h: int = 8, s: int = 2048, causals=(Fals
                 sc = sc.masked_fill(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
             o64 = torch.softmax(sc, -1) @ v64
             g64 = torch.autograd.grad(o64, (q64, k64, v64), do.double())
-            for label, fn, tf32 in (("ours, exact fp32 (default)", ours, False), ("ours, TF32 allowed", ours, True),
-                                    ("ours, 3xTF32 (tf32x3; not wired to any setting)", ours, "x3"),
+            for label, fn, tf32 in (("ours, fp32 default (3xTF32)", ours, False), ("ours, TF32 allowed", ours, True),
+                                    ("ours, scalar FMA (ieee; the default before)", ours, "ieee"),
                                     ("SDPA EFFICIENT", efficient, False)):
                 fl._tf32_allowed = (lambda: True) if tf32 is True else real_tf32
-                if tf32 == "x3":
-                    fl._dot_precision = lambda dtype: "tf32x3" if dtype == torch.float32 else "tf32"
+                if tf32 == "ieee":
+                    fl._dot_precision = lambda dtype: "ieee" if dtype == torch.float32 else "tf32"
                 try:
                     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
                     o = fn(qg, kg, vg, causal, scale)
@@ -455,9 +456,6 @@ def variant_configs(d: int) -> dict[str, dict]:
     for bm, bn, w, st in ((64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 4, 2), (64, 128, 4, 2), (128, 128, 8, 2),
                           (128, 32, 4, 3), (64, 32, 4, 3)):
         out[f"{bm}x{bn} w{w} s{st}"] = fl._f(bm, bn, w, st)
-    # causal: every head's heaviest query block first (grid (B·H, blocks)), NOTES v8
-    out["default, heads first"] = {**base, "HEADS_FAST": True}
-    out["64x64 w4 s3, heads first"] = {**fl._f(64, 64, 4, 3), "HEADS_FAST": True}
     return out
 
 
@@ -478,7 +476,7 @@ def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None]
         h = HEADS.get(d, 16)
         variants = variant_configs(d)
         for s, causal, names in ((4096, False, ("default", "poly 1/2", "poly 1/4")),
-                                 (4096, True, ("default", "poly 1/2", "poly 1/4", "default, heads first")),
+                                 (4096, True, ("default", "poly 1/2", "poly 1/4")),
                                  (16384, False, ("default", "poly 1/2", "poly 1/4")),
                                  (1024, True, tuple(n for n in variants if "poly" not in n))):
             b = max(1, tokens // s)

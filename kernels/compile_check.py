@@ -82,8 +82,7 @@ def cases(mod, only):
         if not only or "fwd" in only:
             for prefetch, poly in ((False, 0), (True, 0), (False, 4)):
                 yield ("fwd", mod._fwd_kernel, dict(base, BLOCK_M=64, BLOCK_N=128 if d == 64 else 64,
-                                                    PREFETCH=prefetch, POLY=poly, HEADS_FAST=False),
-                       TILE_ROLES["fwd"], (4, 2))
+                                                    PREFETCH=prefetch, POLY=poly), TILE_ROLES["fwd"], (4, 2))
         if not only or "bwd_q" in only:
             yield "bwd_q", mod._bwd_q_kernel, dict(base, BLOCK_M=128, BLOCK_N=64), TILE_ROLES["bwd_q"], (8, 3)
         if not only or "bwd_kv" in only:

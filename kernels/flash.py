@@ -9,8 +9,11 @@ like q, dk like k, dv like v). A tensor whose last dimension is not contiguous i
 once. D is a power of two from 16 to 256.
 
 Precision: fp16 and bf16 run their matmuls on the tensor cores with fp32 accumulation.
-fp32 follows PyTorch's rule for matmuls: full fp32 ("ieee") unless
-torch.backends.cuda.matmul allows TF32 (allow_tf32 = True or fp32_precision = "tf32").
+fp32 follows PyTorch's rule for matmuls: fp32 accuracy unless torch.backends.cuda.matmul
+allows TF32 (allow_tf32 = True or fp32_precision = "tf32"). The accurate path is "tf32x3"
+(each product as three TF32 matmuls on split operands): on the H200 its errors against
+float64 equal the scalar-FMA "ieee" path's and SDPA EFFICIENT's (5e-7 to 2e-6) at 26-35
+TFLOP/s, where "ieee" runs at 3 (BENCHMARKS.md, fp32 table).
 
 Forward (one program per (query block, batch*head)):
     Q_i [BLOCK_M, D] stays in registers; K_j, V_j [BLOCK_N, D] stream past it.
@@ -166,7 +169,7 @@ def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.conste
 @triton.jit
 def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
-                   MODE: tl.constexpr, HEADS_FAST: tl.constexpr = False):
+                   MODE: tl.constexpr):
     """The set-up shared by the programs that own one query block (forward and dQ), so the
     causal bounds are written once: which rows, which keys, and what q, k, v tiles come through.
 
@@ -175,17 +178,11 @@ def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, S
     The mask is aligned bottom-right: row i sees key j iff j <= i + SK - SQ = rows_shifted[i].
     Every branch is on a constexpr, so the kernels compile to what the inlined code gave.
     """
-    if HEADS_FAST:  # grid (batch·head, query block): block j of every head before block j - 1 of any
-        off_hz = tl.program_id(0)
-        pid_m = tl.program_id(1)
-        blocks = tl.num_programs(1)
-    else:  # grid (query block, batch·head): a head's blocks side by side, its K and V hot in L2
-        pid_m = tl.program_id(0)
-        off_hz = tl.program_id(1)
-        blocks = tl.num_programs(0)
+    pid_m = tl.program_id(0)
     if CAUSAL:
         # heavy (late) query blocks first, so the short ones fill the tail of the grid
-        pid_m = blocks - 1 - pid_m
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    off_hz = tl.program_id(1)
     b = (off_hz // H).to(tl.int64)
     h = off_hz % H
     hk = h // G  # the key/value head of this query head's group
@@ -276,12 +273,10 @@ def _fwd_kernel(Q, K, V, O, LSE,
                 sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
                 H, G, SQ, SK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr,
-                HEADS_FAST: tl.constexpr = False):
+                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
     (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
      q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
-        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE,
-        HEADS_FAST)
+        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
     o_src, o_r0, o_c0 = _head(O, b, h, sob, soh, SQ, sos, BLOCK_M, D, MODE)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -765,7 +760,7 @@ def _tf32_allowed() -> bool:
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 and not _tf32_allowed() else "tf32"
+    return "tf32x3" if dtype == torch.float32 and not _tf32_allowed() else "tf32"
 
 
 def _bucket(n: int) -> int:
@@ -783,8 +778,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
     args = (q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
             H, H // HKV, SQ, SK, sm_scale * LOG2E)
     const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
-    grid_fn = lambda m: ((B * H, triton.cdiv(SQ, m["BLOCK_M"])) if m.get("HEADS_FAST")  # noqa: E731
-                         else (triton.cdiv(SQ, m["BLOCK_M"]), B * H))
+    grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
     key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK))
     tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M")])
     _launch("fwd", _fwd_kernel, grid_fn, args, const, key, tiles)
