@@ -12,8 +12,8 @@ Precision: fp16 and bf16 run their matmuls on the tensor cores with fp32 accumul
 fp32 follows PyTorch's rule for matmuls: fp32 accuracy unless torch.backends.cuda.matmul
 allows TF32 (allow_tf32 = True or fp32_precision = "tf32"). The accurate path is "tf32x3"
 (each product as three TF32 matmuls on split operands): on the H200 its errors against
-float64 equal the scalar-FMA "ieee" path's and SDPA EFFICIENT's (5e-7 to 2e-6) at 26-35
-TFLOP/s, where "ieee" runs at 3 (BENCHMARKS.md, fp32 table).
+float64 are those of the scalar-FMA "ieee" path and of SDPA EFFICIENT (4e-7 to 4e-6) at
+18-34 TFLOP/s, where "ieee" runs at 2-4 (BENCHMARKS.md, fp32 table).
 
 Forward (one program per (query block, batch*head)):
     Q_i [BLOCK_M, D] stays in registers; K_j, V_j [BLOCK_N, D] stream past it.
