@@ -33,7 +33,6 @@ Everything runs under TRITON_INTERPRET=1 (plain pointer arithmetic, no block poi
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -41,6 +40,7 @@ import triton.language as tl
 
 from .bench import graph_ms
 from .fastlaunch import FastLaunch
+from .fastlaunch import interpreting as _interpreting
 
 LOG2E = 1.4426950408889634
 
@@ -172,10 +172,6 @@ def _merge_kernel(PART_O, PART_L, O, num_splits, sob, soh, HQ,
 
 
 # --------------------------------------------------------------------------- configs
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 # (BLOCK_N, num_warps, num_stages): the ones the tuner chose on an H200 at D = 128 (BENCHMARKS.md).

@@ -23,7 +23,8 @@ from triton import knobs
 enabled = True
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """True under TRITON_INTERPRET=1 (the CPU): no compiled kernels, no launcher to skip."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -49,7 +50,7 @@ class FastLaunch:
         self.launches = {"jit": 0, "fast": 0}  # for tests and the benchmark's notes
 
     def __call__(self, grid: tuple, *args, num_warps: int = 4, num_stages: int = 3):
-        if not enabled or _interpreting():
+        if not enabled or interpreting():
             self.launches["jit"] += 1
             return self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
         device = args[0].get_device()  # the first argument is a tensor

@@ -65,6 +65,8 @@ import triton.language as tl
 import triton.runtime.errors
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from .fastlaunch import interpreting as _interpreting
+
 LOG2E = 1.4426950408889634
 
 
@@ -533,7 +535,6 @@ def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
     _store_rows(dq_src, dq_r0, dq_c0, start_m, SQ, sdqs, dq.to(q.dtype), BLOCK_M, D, MODE)
 
 
-
 @triton.jit
 def _bwd_dq_convert_kernel(DQACC, DQ, sdqb, sdqh, sdqs, H, SQ, SK, sm_scale,
                            D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
@@ -620,10 +621,6 @@ BACKWARD = os.environ.get("DRILL_FLASH_BWD", "split")
 # Tests and the benchmark may pin configs: {"fwd": {...}, ...}. Empty means tune.
 FORCED_CONFIGS: dict[str, dict] = {}
 _TUNED: dict[tuple, dict] = {}
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple, tiles) -> None:
