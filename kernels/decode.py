@@ -314,11 +314,13 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 
 def split_counts(batch: int, hkv: int, max_len: int, sms: int, block_n: int) -> list[int]:
-    """Split counts the tuner times: the heuristic, half and twice it, and the counts that give
-    each SM one, two or four programs (a partial last wave leaves SMs idle at the end)."""
+    """Split counts the tuner times: the heuristic, half and twice it, and the counts nearest to
+    one, two or four programs per SM from above and from below (a partial last wave leaves SMs
+    idle at the end; a wave just short of full leaves a few idle throughout)."""
     most = max(1, min(256, math.ceil(max_len / block_n)))
     base = pick_num_splits(batch, hkv, max_len, sms, block_n)
-    waves = {math.ceil(k * sms / (batch * hkv)) for k in (1, 2, 4)}
+    programs = batch * hkv
+    waves = {f(k * sms / programs) for k in (1, 2, 4) for f in (math.ceil, math.floor)}
     return sorted({c for c in {base, max(1, base // 2), 2 * base} | waves if 1 <= c <= most})
 
 

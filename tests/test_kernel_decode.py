@@ -132,6 +132,8 @@ def test_split_count_fills_the_gpu():
 def test_tuner_times_split_counts_that_fill_whole_waves():
     counts = decode_mod.split_counts(1, 8, 131072, 132, 64)
     assert {17, 33, 66} <= set(counts)  # 8 programs per split: 1, 2 and 4 per SM
+    assert {16, 33, 66} <= set(counts)  # and just short of full waves
+    assert {2, 3} <= set(decode_mod.split_counts(8, 8, 32768, 132, 64))  # 128 or 192 programs, 132 SMs
     assert decode_mod.pick_num_splits(1, 8, 131072, 132, 64) in counts
     assert decode_mod.split_counts(1, 8, 100, 132, 64) == [1, 2]  # never more splits than blocks of keys
     assert max(decode_mod.split_counts(1, 1, 10**6, 132, 16)) <= 256
