@@ -85,3 +85,21 @@ def test_the_interpreter_and_the_switch_always_use_triton(launcher, monkeypatch)
     launch((1,), x, num_warps=4, num_stages=1)
     launch((1,), x, num_warps=4, num_stages=1)
     assert [e[0] for e in jit.log] == ["jit"] * 4
+
+
+def test_a_launcher_with_another_signature_falls_back_to_triton_for_good(launcher, monkeypatch):
+    """A future Triton may change the compiled launcher's arguments: the call must still run,
+    through Triton's own path, and every later call too."""
+    jit, launch = launcher
+    monkeypatch.setattr(fastlaunch, "enabled", True)
+
+    def refuse(*call):
+        raise TypeError("run() takes 12 positional arguments")
+
+    x = torch.zeros(8)
+    launch((1,), x, num_warps=4, num_stages=1)
+    next(iter(launch.compiled.values())).run = refuse
+    launch((1,), x, num_warps=4, num_stages=1)
+    launch((1,), x, num_warps=4, num_stages=1)
+    assert [e[0] for e in jit.log] == ["jit"] * 3
+    assert fastlaunch.enabled is False
