@@ -334,6 +334,16 @@ def step_decode_bench(ctx: Context) -> StepResult:
     return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
 
 
+def step_decode_roofline(ctx: Context) -> StepResult:
+    """What a pure reader of K and V reaches at the decode table's sizes, against a sweep of the
+    decode kernel's configurations (kernels/decode_roofline.py); off by default (~3 minutes)."""
+    from drill.kernels import decode_roofline
+
+    res = decode_roofline.run(log=ctx.log)
+    (ctx.out / "decode_roofline.json").write_text(json.dumps(res["data"], default=str))
+    return StepResult(res["status"], res["summary"], res["markdown"], {})
+
+
 # Extension points for other engineers: ring attention (needs several GPUs) and the user's
 # Triton exercise add their steps here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
@@ -345,6 +355,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("flash_features", step_flash_features, True),
     ("flash_bench", step_flash_bench, True),
     ("decode_bench", step_decode_bench, True),
+    ("decode_roofline", step_decode_roofline, False),
     ("triton_exercise", step_triton_exercise, True),
     ("triton_decode", step_triton_decode, True),
     ("ring_bench", step_ring_bench, True),

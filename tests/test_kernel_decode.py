@@ -139,6 +139,18 @@ def test_tuner_times_split_counts_that_fill_whole_waves():
     assert max(decode_mod.split_counts(1, 1, 10**6, 132, 16)) <= 256
 
 
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's small case; the GPU runs the roofline itself")
+@pytest.mark.parametrize("programs", [1, 3, 7])
+def test_roofline_reader_reads_every_byte_once(programs, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from drill.kernels import decode_roofline
+
+    k = torch.arange(1000, dtype=torch.float32)  # 1000 is no multiple of any chunk
+    v = torch.full((1000,), 0.5)
+    got = decode_roofline.read_sum(k, v, programs, block=64, warps=4, stages=1)
+    assert got.sum().item() == k.sum().item() + 500  # every element of both, none twice
+
+
 # --------------------------------------------------------------------------- GPU
 
 
