@@ -182,12 +182,16 @@ def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str):
 def seeded(fn, args, kwargs, spec: dict, user_file: str):
     """One timed call (GPU): inputs drawn here from the seed in the request, the output sent back as bits.
 
-    The grader times the whole round trip and checks every output; half-precision bits go
-    as int16 (exact, half the bytes of float32). Values sent with the request (`args`, e.g.
+    The grader times the whole round trip and checks every output. Values sent with the request (`args`, e.g.
     causal and sm_scale for `drill bench`) follow q, k and v.
     """
     q, k, v = seeded_inputs(spec["shape"], getattr(torch, str(spec["dtype"])), spec["seed"], str(spec["device"]))
-    out = fn(q, k, v, *args, **kwargs)
+    return packed(fn(q, k, v, *args, **kwargs))
+
+
+def packed(out) -> dict:
+    """A timed call's reply: what the output is, and its half-precision bits as int16 (exact, half
+    the bytes of float32); anything else sends no values, and the grader fails it on `observed`."""
     plain = type(out) is torch.Tensor
     observed = {"type": type(out).__name__, "plain": plain}
     result = None

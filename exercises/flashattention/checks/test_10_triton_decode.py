@@ -241,13 +241,15 @@ TIMED_CALLS = 9  # per size, after one untimed call; each on a fresh q, each out
 # kernel that leaves the GPU idle (no split of the keys, tiny blocks), at 0.01-0.03×.
 MIN_SPEED_RATIO = 0.05
 PROBE = Path(__file__).with_name("_decode_probe.py")
+HELPERS = (PROBE, Path(__file__).with_name("_triton_probe.py"))  # the probe packs its reply with 07's
 NULL_KERNEL = Path(__file__).with_name("_triton_null_decode.py")
 
 
 def _null_subject(sub):
     """A second subject whose file is a kernel that computes nothing: the round trip without a kernel."""
     proxy = SubmissionProxy(roundtrip.calibration_subject(sub._subject, NULL_KERNEL, ["flash_decode"]))
-    proxy.use_helper(PROBE)
+    for helper in HELPERS:
+        proxy.use_helper(helper)
     return proxy
 
 
@@ -286,7 +288,8 @@ def test_speed(sub, mode):
     from . import _decode_probe as probe
 
     reference_module.FORCED_CONFIG = (64, 4, 3)  # no tuning inside a graded check: it compiles many configs
-    sub.use_helper(PROBE)
+    for helper in HELPERS:
+        sub.use_helper(helper)
     # Nothing of your file runs while the copy, the reference and the transfer are timed: a kernel
     # or thread left running would slow them and flatter your figure. Closing ends every process
     # of your file (and the calibration's); a call starts it again.
