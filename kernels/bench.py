@@ -525,6 +525,50 @@ def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None]
     return rows, "\n".join(lines)
 
 
+def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
+                log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """The Gluon forward (kernels/flash_hopper.py) against the Triton forward (tuned) and SDPA cuDNN,
+    in one run, [B, H, S, D] bf16; the error is against cuDNN's output."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash_attention, flash_hopper
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    impls = {"cudnn": cudnn,
+             "ours": lambda q, k, v, c, sc: flash_attention(q, k, v, causal=c, sm_scale=sc),
+             "gluon": lambda q, k, v, c, sc: flash_hopper.forward(q, k, v, c, sc)[0]}
+    rows = []
+    lines = ["| D | S | mask | Gluon TFLOP/s | Triton (ours) TFLOP/s | cuDNN TFLOP/s | Gluon / cuDNN | "
+             "Triton / cuDNN | Gluon / Triton | Gluon max err vs cuDNN |", "|" + "---|" * 10]
+    for case in bench_cases(ds, seqs, tokens, causals):
+        d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
+        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
+        scale = 1.0 / math.sqrt(d)
+        with torch.no_grad():
+            ref = cudnn(q, k, v, causal, scale).float()
+        tf, err = {}, float("nan")
+        for name, fn in impls.items():
+            try:
+                ms, e = _time_impl(fn, q, k, v, causal, scale, "fwd", ref)
+            except Exception as exc:  # noqa: BLE001 - a row of the table, not the end of it
+                log(f"{name} d={d} s={s} causal={causal}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            tf[name] = flops(b, h, s, d, causal, "fwd") / ms * 1e-9
+            if name == "gluon":
+                err = e
+        rows.append({**case, "tflops": tf, "gluon_err": err})
+
+        def ratio(a, c):
+            return f"{tf[a] / tf[c]:.2f}" if a in tf and c in tf else "n/a"
+
+        cells = [f"{tf[n]:.0f}" if n in tf else "failed" for n in ("gluon", "ours", "cudnn")]
+        lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | " + " | ".join(cells) +
+                     f" | {ratio('gluon', 'cudnn')} | {ratio('ours', 'cudnn')} | {ratio('gluon', 'ours')} | {err:.2e} |")
+        log(lines[-1])
+    return rows, "\n".join(lines)
+
+
 def graph_ms(fn: Callable, rep: int = 100) -> float:
     """Median ms of fn replayed from a CUDA graph captured once (do_bench: L2 flushed before each
     replay): the GPU's time alone, without Python or launch overhead between runs."""

@@ -764,7 +764,24 @@ def _bucket(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 16))
 
 
+# Forward plan: "triton" (this file's kernel, every GPU and the interpreter) or "gluon" (the
+# warp-specialised Hopper kernel of flash_hopper.py where it applies, this file's elsewhere).
+FORWARD = os.environ.get("DRILL_FLASH_FWD", "triton")
+
+
+def _gluon_forward(q, k, v, causal: bool, sm_scale: float):
+    """flash_hopper's (o, lse) when the plan asks for it and the call is in its scope, else None."""
+    if FORWARD != "gluon" or _interpreting() or not q.is_cuda:
+        return None
+    from . import flash_hopper  # Gluon: imported only where it may run
+
+    return flash_hopper.forward(q, k, v, causal, sm_scale) if flash_hopper.applicable(q, k, v, causal) else None
+
+
 def _forward(q, k, v, causal: bool, sm_scale: float):
+    done = _gluon_forward(q, k, v, causal, sm_scale)
+    if done is not None:
+        return done
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
     o = _empty_in_layout(q)

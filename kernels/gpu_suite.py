@@ -221,7 +221,9 @@ def step_flash_features(ctx: Context) -> StepResult:
                            ("[B, S, H, D] layout against [B, H, S, D]", bench.bench_layouts, None),
                            ("fp32 accuracy (DRILL_FLASH_TUNE=0: first candidate config)", bench.fp32_accuracy, "0"),
                            ("Forward variants pinned side by side", bench.bench_variants, None),
-                           ("Backward variants pinned side by side", bench.bench_bwd_variants, None)):
+                           ("Backward variants pinned side by side", bench.bench_bwd_variants, None),
+                           ("Gluon forward (warp-specialised, async wgmma) against Triton and cuDNN",
+                            bench.bench_gluon, None)):
         if ctx.args.features and fn.__name__ not in ctx.args.features.split(","):
             continue
         ctx.log(f"-- {title}")

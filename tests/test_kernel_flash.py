@@ -637,3 +637,53 @@ def test_gpu_one_pass_plans_every_candidate_config(plan, d, monkeypatch):
                 assert err < 2e-2 * max(1.0, y.float().abs().max().item()), f"{plan} {cfg} causal={causal}: {name} {err:.3g}"
             if causal:
                 assert torch.equal(got[2][:, :, : SQ - SK], torch.zeros_like(got[2][:, :, : SQ - SK]))
+
+
+# Gluon forward (kernels/flash_hopper.py): Hopper only; FORWARD = "gluon" routes the calls it covers.
+GLUON_CASES = [(d, hkv, c, dt) for d in (64, 128) for hkv in (4, 1) for c in (False, True)
+               for dt in ("bfloat16", "float16")]
+
+
+def _hopper() -> bool:
+    return ON_GPU and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,hkv,causal,dtype", GLUON_CASES, ids=lambda x: str(x))
+def test_gpu_gluon_forward_fa_rule(d, hkv, causal, dtype, monkeypatch):
+    """The Gluon forward (MHA-sized and MQA groups, both masks) under FlashAttention's error rule,
+    and the backward run on its o and lse."""
+    if not _hopper():
+        pytest.skip("the Gluon forward is written for Hopper (sm_90)")
+    from drill.kernels import flash_hopper
+
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    monkeypatch.setattr(flash_mod, "FORWARD", "gluon")
+    q, k, v, do = _gpu_inputs(2, 4, hkv, 1024, 1024, d, dtype, "bhsd", 7 * d + hkv)
+    assert flash_hopper.applicable(q, k, v, causal)
+    scale = 1 / math.sqrt(d)
+    ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
+    assert (ours[1] - ref[1]).abs().max().item() < 1e-2, "lse"
+    for i, name in ((0, "o"), (2, "dq"), (3, "dk"), (4, "dv")):
+        _fa_rule(name, ours[i], naive[i], ref[i])
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
+    """A ragged length, a transposed layout or fp32 goes to flash.py's kernel, with the same result."""
+    if not _hopper():
+        pytest.skip("the Gluon forward is written for Hopper (sm_90)")
+    from drill.kernels import flash_hopper
+
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    q, k, v, _ = _gpu_inputs(1, 4, 4, 1000, 1000, 64, "bfloat16", "bhsd", 3)
+    qt, kt, vt, _ = _gpu_inputs(1, 4, 4, 1024, 1024, 64, "bfloat16", "bshd", 4)
+    assert not flash_hopper.applicable(q, k, v, False) and not flash_hopper.applicable(qt, kt, vt, False)
+    assert not flash_hopper.applicable(q.float(), k.float(), v.float(), False)
+    for a, b, c in ((q, k, v), (qt, kt, vt)):
+        plain = flash_attention(a, b, c)
+        monkeypatch.setattr(flash_mod, "FORWARD", "gluon")
+        assert torch.equal(flash_attention(a, b, c), plain)
+        monkeypatch.setattr(flash_mod, "FORWARD", "triton")

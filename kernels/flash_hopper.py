@@ -1,0 +1,224 @@
+"""FlashAttention forward for Hopper in Gluon: a TMA producer warp and wgmma issued asynchronously.
+
+kernels/NOTES.md (v2, v5) found what holds the plain-Triton forward near 0.85× cuDNN at D = 128:
+the softmax of a score tile does not overlap the tensor cores' work, and plain Triton 3.6 can
+neither split the warps into roles nor keep a matmul in flight across the softmax. Gluon,
+Triton's lower-level language, can; this kernel does the two things FlashAttention-3 does
+(Shah et al. 2024, §3.1–3.2):
+
+- Warp specialisation. One producer warp only issues TMA copies of K and V blocks into a ring
+  of STAGES shared-memory slots; it waits for a slot to be released before refilling it. The
+  eight consumer warps (two warpgroups, 64 query rows each) never wait on a load they issued.
+- Softmax overlapped with the matmuls. In iteration j the consumers issue S_j = Q K_jᵀ and
+  O += P_{j-1} V_{j-1} as asynchronous wgmma, wait for S_j only, and compute the softmax of S_j
+  while the tensor cores are still on P_{j-1} V_{j-1}; then they wait for O, rescale it by
+  the change of the running max, and release slot j-1.
+
+Scope: bf16/fp16, D = 64 or 128, q/k/v/o contiguous [B, H, S, D] (k, v may have fewer heads:
+GQA), Sq and Sk multiples of the tiles, causal only with Sq = Sk. Everything else, the
+interpreter and other GPUs run kernels/flash.py, which also owns the backward; `applicable`
+says which. The log-sum-exp is written in flash.py's format (natural log), so its backward
+works unchanged on this forward's output.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# TMA copies under their Triton 3.6 names, or the names later Tritons gave them (3.9 removed the old)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+BLOCK_M = 128  # two consumer warpgroups of 64 rows
+CONFIGS = {64: dict(BLOCK_N=128, STAGES=3), 128: dict(BLOCK_N=128, STAGES=2)}  # shared memory: 160-176 KB
+CONSUMER_WARPS = 8
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+              q_row, kv_row, n_blocks, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: Q once, then K_j and V_j into slot j % STAGES as soon as the slot is free."""
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    _tma_load(q_desc, [q_row, 0], q_bar, q_smem)
+    for j in range(n_blocks):
+        slot = j % STAGES
+        # a fresh barrier counts as released once, so the first STAGES waits pass at once
+        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        _tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _softmax_step(s, m_i, l_i, qk_scale, j, start_m, MASK: gl.constexpr, s_layout: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Online softmax of one score tile (base 2): P, the new running max and sum, and the factor
+    that rescales what was accumulated under the old max."""
+    if MASK:  # causal: key column c is visible to query row r when c <= r (Sq = Sk)
+        rows = start_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _block(j, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, s_zero, qk_scale, start_m,
+           MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Key block j's scores and the previous block's P·V, both in flight; the softmax of S_j runs
+    while the tensor cores finish P_{j-1} V_{j-1}."""
+    slot = j % STAGES
+    prev = (j - 1) % STAGES
+    mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    s = warpgroup_mma_wait(1, deps=[s_tok])  # S_j is done; P_{j-1} V_{j-1} may still run
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, start_m, MASK, s_layout, BLOCK_M, BLOCK_N)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return acc, m_i, l_i, gl.convert_layout(p.to(p_op.dtype), p_layout)
+
+
+@gluon.jit
+def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, LSE,
+              q_row, n_blocks, n_full, start_m, qk_scale,
+              D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    mbarrier.wait(q_bar, 0)
+    # block 0: its scores alone; its P·V is issued with block 1's scores
+    mbarrier.wait(k_ready.index(0), 0)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s_tok])
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, start_m, CAUSAL, s_layout, BLOCK_M, BLOCK_N)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
+    for j in range(1, gl.maximum(n_full, 1)):
+        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                                     s_zero, qk_scale, start_m, False, s_layout, o_layout, p_layout, BLOCK_M,
+                                     BLOCK_N, STAGES)
+    for j in range(gl.maximum(n_full, 1), n_blocks):
+        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                                     s_zero, qk_scale, start_m, True, s_layout, o_layout, p_layout, BLOCK_M,
+                                     BLOCK_N, STAGES)
+    last = (n_blocks - 1) % STAGES
+    mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
+    o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(last), count=1)
+
+    o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
+    rows = start_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    gl.store(LSE + q_row - start_m * BLOCK_M + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
+    q_smem.store(o.to(dtype))  # Q is no longer needed: its slot holds O on the way out
+    fence_async_shared()
+    _tma_store(o_desc, [q_row, 0], q_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale,
+                D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    n_m = SQ // BLOCK_M
+    start_m = gl.program_id(0)
+    if CAUSAL:
+        start_m = n_m - 1 - start_m  # the longest rows first
+    off_hz = gl.program_id(1)
+    b = off_hz // H
+    h = off_hz % H
+    q_row = off_hz * SQ + start_m * BLOCK_M
+    kv_row = (b * (H // G) + h // G) * SK
+    if CAUSAL:
+        n_blocks = gl.cdiv((start_m + 1) * BLOCK_M, BLOCK_N)
+        n_full = (start_m * BLOCK_M) // BLOCK_N  # blocks every row of the tile sees in full
+    else:
+        n_blocks = SK // BLOCK_N
+        n_full = n_blocks
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=1)
+
+    gl.warp_specialize([
+        (_consumer, (q_desc, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, LSE,
+                     q_row, n_blocks, n_full, start_m, qk_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, num_warps)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                     q_row, kv_row, n_blocks, BLOCK_N, STAGES)),
+    ], [1], [24])
+
+
+# --------------------------------------------------------------------------- host
+
+
+def applicable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """Whether this kernel covers the call (module docstring: scope)."""
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
+        return False
+    B, H, SQ, D = q.shape
+    SK = k.shape[2]
+    if D not in CONFIGS or SQ % BLOCK_M or SK % CONFIGS[D]["BLOCK_N"] or (causal and SQ != SK):
+        return False
+    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """t's [B, H, S, D] memory as one [B·H·S, D] matrix, read or written `rows` rows at a time."""
+    d = t.shape[-1]
+    flat = t.view(-1, d)
+    layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16)
+    return TensorDescriptor.from_tensor(flat, [rows, d], layout)
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float):
+    """o [B, H, Sq, D] and lse [B, H, Sq] (natural log), as flash.py's forward returns them."""
+    B, H, SQ, D = q.shape
+    HKV, SK = k.shape[1], k.shape[2]
+    cfg = CONFIGS[D]
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
+    grid = (SQ // BLOCK_M, B * H)
+    _fwd_kernel[grid](_descriptor(q, BLOCK_M), _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"]),
+                      _descriptor(o, BLOCK_M), lse, H, H // HKV, SQ, SK, sm_scale * LOG2E,
+                      D=D, BLOCK_M=BLOCK_M, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=bool(causal),
+                      num_warps=CONSUMER_WARPS)
+    return o, lse
