@@ -37,9 +37,22 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-BLOCK_M = 128  # two consumer warpgroups of 64 rows
-CONFIGS = {64: dict(BLOCK_N=128, STAGES=3), 128: dict(BLOCK_N=128, STAGES=2)}  # shared memory: 160-176 KB
-CONSUMER_WARPS = 8
+
+
+
+def _cfg(block_m, block_n, stages, warps, maxnreg=None):
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg)
+
+
+# Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
+# are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup. maxnreg=128 caps a program at 32k
+# registers, so that two programs share an SM (and the scheduler overlaps one's softmax with the
+# other's matmuls), where their shared memory also fits twice (<= 113 KB each).
+CANDIDATES = {
+    64: [_cfg(128, 128, 3, 8), _cfg(128, 64, 3, 4, 128), _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 2, 8)],
+    128: [_cfg(128, 128, 2, 8), _cfg(128, 64, 3, 8), _cfg(128, 64, 2, 4), _cfg(64, 64, 2, 4, 128)],
+}
+TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
 
 @gluon.jit
@@ -196,7 +209,7 @@ def applicable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) 
         return False
     B, H, SQ, D = q.shape
     SK = k.shape[2]
-    if D not in CONFIGS or SQ % BLOCK_M or SK % CONFIGS[D]["BLOCK_N"] or (causal and SQ != SK):
+    if D not in CANDIDATES or SQ % TILE or SK % TILE or (causal and SQ != SK):
         return False
     return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
 
@@ -209,16 +222,18 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(flat, [rows, d], layout)
 
 
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float):
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+            cfg: dict | None = None):
     """o [B, H, Sq, D] and lse [B, H, Sq] (natural log), as flash.py's forward returns them."""
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
-    cfg = CONFIGS[D]
+    cfg = cfg or CANDIDATES[D][0]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     o = torch.empty_like(q)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
-    grid = (SQ // BLOCK_M, B * H)
-    _fwd_kernel[grid](_descriptor(q, BLOCK_M), _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"]),
-                      _descriptor(o, BLOCK_M), lse, H, H // HKV, SQ, SK, sm_scale * LOG2E,
-                      D=D, BLOCK_M=BLOCK_M, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=bool(causal),
-                      num_warps=CONSUMER_WARPS)
+    extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
+    _fwd_kernel[(SQ // bm, B * H)](
+        _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, bm), lse, H, H // HKV, SQ, SK,
+        sm_scale * LOG2E, D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal),
+        num_warps=cfg["num_warps"], **extra)
     return o, lse

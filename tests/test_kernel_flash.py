@@ -687,3 +687,21 @@ def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
         monkeypatch.setattr(flash_mod, "FORWARD", "gluon")
         assert torch.equal(flash_attention(a, b, c), plain)
         monkeypatch.setattr(flash_mod, "FORWARD", "triton")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_every_gluon_config_is_correct(d, causal):
+    if not _hopper():
+        pytest.skip("the Gluon forward is written for Hopper (sm_90)")
+    from drill.kernels import flash_hopper
+
+    q, k, v, _ = _gpu_inputs(2, 4, 2, 768, 768, d, "bfloat16", "bhsd", d + causal)
+    scale = 1 / math.sqrt(d)
+    ref = reference(q, k, v, causal, scale, dtype=torch.float32)
+    naive = _naive_low_precision(q, k, v, causal, scale)
+    for cfg in flash_hopper.CANDIDATES[d]:
+        o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
+        _fa_rule(f"o with {cfg}", o, naive[0], ref[0])
+        assert (lse - ref[1]).abs().max().item() < 1e-2, f"lse with {cfg}"
