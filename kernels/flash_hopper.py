@@ -40,8 +40,8 @@ LN2 = 0.6931471805599453
 
 
 
-def _cfg(block_m, block_n, stages, warps, maxnreg=None):
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg)
+def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1):
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg, PARTS=parts)
 
 
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
@@ -49,18 +49,21 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None):
 # registers, so that two programs share an SM (and the scheduler overlaps one's softmax with the
 # other's matmuls), where their shared memory also fits twice (<= 113 KB each).
 CANDIDATES = {
-    64: [_cfg(128, 128, 3, 8), _cfg(128, 64, 3, 4, 128), _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 2, 8)],
-    128: [_cfg(128, 128, 2, 8), _cfg(128, 64, 3, 8), _cfg(128, 64, 2, 4), _cfg(64, 64, 2, 4, 128)],
+    64: [_cfg(128, 128, 3, 8), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, 128), _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 2, 8)],
+    128: [_cfg(128, 128, 2, 8), _cfg(128, 128, 2, 4, parts=2), _cfg(128, 64, 3, 8), _cfg(128, 64, 2, 4), _cfg(64, 64, 2, 4, 128)],
 }
 TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-              q_row, kv_row, n_blocks, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: Q once, then K_j and V_j into slot j % STAGES as soon as the slot is free."""
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    _tma_load(q_desc, [q_row, 0], q_bar, q_smem)
+              q_row, kv_row, n_blocks, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr):
+    """One warp: each consumer's Q rows once, then K_j and V_j into slot j % STAGES as soon as the
+    slot is free."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
+    for part in gl.static_range(PARTS):
+        _tma_load(q_desc, [q_row + part * BM, 0], q_bar, q_smem.index(part))
     for j in range(n_blocks):
         slot = j % STAGES
         # a fresh barrier counts as released once, so the first STAGES waits pass at once
@@ -72,12 +75,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, qk_scale, j, start_m, MASK: gl.constexpr, s_layout: gl.constexpr,
-                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: gl.constexpr,
+                  BM: gl.constexpr, BLOCK_N: gl.constexpr):
     """Online softmax of one score tile (base 2): P, the new running max and sum, and the factor
     that rescales what was accumulated under the old max."""
     if MASK:  # causal: key column c is visible to query row r when c <= r (Sq = Sk)
-        rows = start_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0
@@ -88,59 +91,73 @@ def _softmax_step(s, m_i, l_i, qk_scale, j, start_m, MASK: gl.constexpr, s_layou
 
 
 @gluon.jit
-def _block(j, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty, s_zero, qk_scale, start_m,
-           MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, my_turn, other_turn,
+           s_zero, qk_scale, row0, MASK: gl.constexpr, PINGPONG: gl.constexpr, FIRST: gl.constexpr,
+           s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """Key block j's scores and the previous block's P·V, both in flight; the softmax of S_j runs
-    while the tensor cores finish P_{j-1} V_{j-1}."""
+    while the tensor cores finish P_{j-1} V_{j-1}. With PINGPONG the two consumer warpgroups take
+    turns to issue their matmuls, so one's softmax lines up with the other's matmuls (FA3 §3.1)."""
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    if PINGPONG:  # the first warpgroup's first wait passes on the fresh barrier
+        mbarrier.wait(my_turn, ((j - 1) & 1) ^ FIRST)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(other_turn, count=1)
     s = warpgroup_mma_wait(1, deps=[s_tok])  # S_j is done; P_{j-1} V_{j-1} may still run
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, start_m, MASK, s_layout, BLOCK_M, BLOCK_N)
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK, s_layout, BM, BLOCK_N)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read
+    mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, m_i, l_i, gl.convert_layout(p.to(p_op.dtype), p_layout)
 
 
 @gluon.jit
-def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, LSE,
-              q_row, n_blocks, n_full, start_m, qk_scale,
-              D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, num_warps: gl.constexpr):
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+def _consumer(q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE,
+              q_row, lse_row, n_blocks, start_m, qk_scale,
+              PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """One consumer partition: rows [PART·BM, (PART+1)·BM) of the program's BLOCK_M query rows."""
+    BM: gl.constexpr = BLOCK_M // PARTS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    dtype: gl.constexpr = q_desc.dtype
+    PINGPONG: gl.constexpr = PARTS == 2
+    q_tile = q_smem.index(PART)
+    my_turn = turns.index(PART)
+    other_turn = turns.index((PART + 1) % 2)
+    dtype: gl.constexpr = q_smem.dtype
+    row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
+    n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
 
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BM, D], gl.float32, o_layout)
+    s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
 
     mbarrier.wait(q_bar, 0)
     # block 0: its scores alone; its P·V is issued with block 1's scores
     mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s_tok])
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, start_m, CAUSAL, s_layout, BLOCK_M, BLOCK_N)
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
     for j in range(1, gl.maximum(n_full, 1)):
-        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                                     s_zero, qk_scale, start_m, False, s_layout, o_layout, p_layout, BLOCK_M,
-                                     BLOCK_N, STAGES)
+        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                                     my_turn, other_turn, s_zero, qk_scale, row0, False, PINGPONG, PART == 0,
+                                     s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
     for j in range(gl.maximum(n_full, 1), n_blocks):
-        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_smem, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                                     s_zero, qk_scale, start_m, True, s_layout, o_layout, p_layout, BLOCK_M,
-                                     BLOCK_N, STAGES)
+        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                                     my_turn, other_turn, s_zero, qk_scale, row0, True, PINGPONG, PART == 0,
+                                     s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
     o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
@@ -148,18 +165,18 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k
     mbarrier.arrive(kv_empty.index(last), count=1)
 
     o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
-    rows = start_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    gl.store(LSE + q_row - start_m * BLOCK_M + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
-    q_smem.store(o.to(dtype))  # Q is no longer needed: its slot holds O on the way out
+    rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+    gl.store(LSE + lse_row + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
+    q_tile.store(o.to(dtype))  # Q is no longer needed: its slot holds O on the way out
     fence_async_shared()
-    _tma_store(o_desc, [q_row, 0], q_smem)
+    _tma_store(o_desc, [q_row + PART * BM, 0], q_tile)
     tma.store_wait(0)
 
 
 @gluon.jit
 def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                CAUSAL: gl.constexpr, PARTS: gl.constexpr, num_warps: gl.constexpr):
     n_m = SQ // BLOCK_M
     start_m = gl.program_id(0)
     if CAUSAL:
@@ -171,31 +188,43 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale,
     kv_row = (b * (H // G) + h // G) * SK
     if CAUSAL:
         n_blocks = gl.cdiv((start_m + 1) * BLOCK_M, BLOCK_N)
-        n_full = (start_m * BLOCK_M) // BLOCK_N  # blocks every row of the tile sees in full
     else:
         n_blocks = SK // BLOCK_N
-        n_full = n_blocks
 
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=PARTS)  # every consumer releases each slot
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
 
-    gl.warp_specialize([
-        (_consumer, (q_desc, o_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, LSE,
-                     q_row, n_blocks, n_full, start_m, qk_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, num_warps)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-                     q_row, kv_row, n_blocks, BLOCK_N, STAGES)),
-    ], [1], [24])
+    lse_row = off_hz * SQ
+    if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
+        gl.warp_specialize([
+            (_consumer, (q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE, q_row, lse_row,
+                         n_blocks, start_m, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+            (_consumer, (q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE, q_row, lse_row,
+                         n_blocks, start_m, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                         q_row, kv_row, n_blocks, BLOCK_N, STAGES, PARTS)),
+        ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
+    else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
+        gl.warp_specialize([
+            (_consumer, (q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE, q_row, lse_row,
+                         n_blocks, start_m, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                         q_row, kv_row, n_blocks, BLOCK_N, STAGES, PARTS)),
+        ], [1], [24])
 
 
 # --------------------------------------------------------------------------- host
@@ -232,8 +261,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     o = torch.empty_like(q)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
+    rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
     _fwd_kernel[(SQ // bm, B * H)](
-        _descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, bm), lse, H, H // HKV, SQ, SK,
+        _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
         sm_scale * LOG2E, D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal),
-        num_warps=cfg["num_warps"], **extra)
+        PARTS=cfg["PARTS"], num_warps=cfg["num_warps"], **extra)
     return o, lse
