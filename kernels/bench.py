@@ -30,7 +30,7 @@ from typing import Callable
 
 IMPLS = ("ours", "cudnn", "flash", "efficient", "flex", "user")
 LABELS = {
-    "ours": "Triton (ours)",
+    "ours": "ours (tuned: Triton or Gluon)",
     "cudnn": "SDPA cuDNN",
     "flash": "SDPA FLASH",
     "efficient": "SDPA EFFICIENT",

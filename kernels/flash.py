@@ -691,8 +691,12 @@ def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
 
 
 def tuned_configs() -> dict:
-    """The configs chosen so far, keyed by (kernel, shape bucket...)."""
-    return {" ".join(map(str, k)): dict(v) for k, v in _TUNED.items()}
+    """The configs chosen so far, keyed by (kernel, shape bucket...); "fwd-plan" rows say which
+    forward the auto plan chose (a Gluon config, or "triton")."""
+    out = {" ".join(map(str, k)): dict(v) for k, v in _TUNED.items()}
+    out.update({"fwd-plan " + " ".join(map(str, k)): dict(v, kernel="gluon") if v else {"kernel": "triton"}
+                for k, v in _FWD_PLAN.items()})
+    return out
 
 
 # --------------------------------------------------------------------------- launchers
@@ -764,24 +768,60 @@ def _bucket(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 16))
 
 
-# Forward plan: "triton" (this file's kernel, every GPU and the interpreter) or "gluon" (the
-# warp-specialised Hopper kernel of flash_hopper.py where it applies, this file's elsewhere).
-FORWARD = os.environ.get("DRILL_FLASH_FWD", "triton")
+# Forward plan: "auto" (on Hopper, the tuner times this file's kernel against each config of the
+# warp-specialised Gluon kernel in flash_hopper.py, for the calls that kernel covers, and keeps the
+# fastest per shape bucket), "triton" (this file's kernel only) or "gluon" (Gluon wherever it applies).
+# Pinned configs, DRILL_FLASH_TUNE=0 and the interpreter always run this file's kernel.
+FORWARD = os.environ.get("DRILL_FLASH_FWD", "auto")
+_FWD_PLAN: dict[tuple, dict | None] = {}  # shape bucket -> the Gluon config chosen, None for Triton
 
 
 def _gluon_forward(q, k, v, causal: bool, sm_scale: float):
-    """flash_hopper's (o, lse) when the plan asks for it and the call is in its scope, else None."""
-    if FORWARD != "gluon" or _interpreting() or not q.is_cuda:
+    """flash_hopper's (o, lse) when the plan picks it for this call, else None."""
+    if FORWARD == "triton" or _interpreting() or not q.is_cuda:
+        return None
+    if FORWARD == "auto" and ("fwd" in FORCED_CONFIGS or os.environ.get("DRILL_FLASH_TUNE", "1") == "0"):
         return None
     from . import flash_hopper  # Gluon: imported only where it may run
 
-    return flash_hopper.forward(q, k, v, causal, sm_scale) if flash_hopper.applicable(q, k, v, causal) else None
+    if not flash_hopper.applicable(q, k, v, causal):
+        return None
+    if FORWARD == "gluon":
+        return flash_hopper.forward(q, k, v, causal, sm_scale)
+    B, H, SQ, D = q.shape
+    key = (D, causal, str(q.dtype), H // k.shape[1], _bucket(B * H), _bucket(SQ), _bucket(k.shape[2]))
+    if key not in _FWD_PLAN:
+        _FWD_PLAN[key] = _pick_forward(q, k, v, causal, sm_scale, flash_hopper)
+    cfg = _FWD_PLAN[key]
+    return None if cfg is None else flash_hopper.forward(q, k, v, causal, sm_scale, cfg)
+
+
+def _pick_forward(q, k, v, causal, sm_scale, flash_hopper) -> dict | None:
+    """The faster of this file's tuned kernel and each Gluon config, by do_bench; a Gluon config
+    whose output differs from this file's kernel's is never chosen."""
+    want = _triton_forward(q, k, v, causal, sm_scale)[0].float()  # also tunes this file's configs
+    best, best_ms = None, triton.testing.do_bench(lambda: _triton_forward(q, k, v, causal, sm_scale), warmup=10,
+                                                  rep=50)
+    for cfg in flash_hopper.CANDIDATES[q.shape[-1]]:
+        try:
+            o = flash_hopper.forward(q, k, v, causal, sm_scale, cfg)[0]
+            if not torch.allclose(o.float(), want, atol=2e-2, rtol=0):
+                continue
+            ms = triton.testing.do_bench(lambda: flash_hopper.forward(q, k, v, causal, sm_scale, cfg), warmup=10,
+                                         rep=50)
+        except Exception:  # a config that does not compile or fit
+            continue
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    return best
 
 
 def _forward(q, k, v, causal: bool, sm_scale: float):
     done = _gluon_forward(q, k, v, causal, sm_scale)
-    if done is not None:
-        return done
+    return done if done is not None else _triton_forward(q, k, v, causal, sm_scale)
+
+
+def _triton_forward(q, k, v, causal: bool, sm_scale: float):
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
     o = _empty_in_layout(q)

@@ -705,3 +705,23 @@ def test_gpu_every_gluon_config_is_correct(d, causal):
         o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
         _fa_rule(f"o with {cfg}", o, naive[0], ref[0])
         assert (lse - ref[1]).abs().max().item() < 1e-2, f"lse with {cfg}"
+
+
+@pytest.mark.gpu
+def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
+    """FORWARD = "auto" with tuning on: the choice is recorded per shape bucket and its output
+    meets FlashAttention's error rule; the backward runs on it."""
+    if not _hopper():
+        pytest.skip("the auto plan chooses between kernels only on Hopper")
+    monkeypatch.setattr(flash_mod, "FORWARD", "auto")
+    monkeypatch.setattr(flash_mod, "_FWD_PLAN", {})
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "1")
+    q, k, v, do = _gpu_inputs(2, 8, 2, 2048, 2048, 128, "bfloat16", "bhsd", 5)
+    scale = 1 / math.sqrt(128)
+    ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+    assert len(flash_mod._FWD_PLAN) == 1
+    assert any(key.startswith("fwd-plan") for key in flash_mod.tuned_configs())
+    ref = _grads(lambda a, b, c: reference(a, b, c, True, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, True, scale), q, k, v, do)
+    for i, name in ((0, "o"), (2, "dq"), (3, "dk"), (4, "dv")):
+        _fa_rule(name, ours[i], naive[i], ref[i])
