@@ -725,3 +725,33 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
     naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, True, scale), q, k, v, do)
     for i, name in ((0, "o"), (2, "dq"), (3, "dk"), (4, "dv")):
         _fa_rule(name, ours[i], naive[i], ref[i])
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
+@pytest.mark.parametrize("parts,warps", [(1, 8), (2, 4)], ids=["one-partition", "ping-pong"])
+def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps):
+    """The installed Triton (the newest on CI; the device has 3.6) still compiles the Gluon
+    forward for sm_90 without a GPU: warp-specialised (register hand-off) with asynchronous wgmma."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from drill.kernels import flash_hopper
+
+    d, block_n = 128, 128
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
+        return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
+
+    rows = 128 // parts
+    sig = dict(q_desc=desc(rows), k_desc=desc(block_n), v_desc=desc(block_n), o_desc=desc(rows), LSE="*fp32",
+               H="i32", G="i32", SQ="i32", SK="i32", qk_scale="fp32")
+    consts = dict(D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=2, CAUSAL=True, PARTS=parts, num_warps=warps)
+    sig.update({name: "constexpr" for name in consts})
+    kernel = triton.compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
+                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    ptx = kernel.asm["ptx"]
+    assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx
+    assert "wgmma.wait_group.sync.aligned 1" in ptx  # S_j waited for while P_{j-1} V_{j-1} runs
