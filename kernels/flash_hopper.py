@@ -36,42 +36,73 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
-
-def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1):
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg, PARTS=parts)
+def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=False):
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg, PARTS=parts,
+                PERSISTENT=persistent)
 
 
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
-# are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup. maxnreg=128 caps a program at 32k
-# registers, so that two programs share an SM (and the scheduler overlaps one's softmax with the
-# other's matmuls), where their shared memory also fits twice (<= 113 KB each).
+# are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup; PARTS=2 two consumer partitions of
+# 4 warps in ping-pong. maxnreg=128 caps a program at 32k registers, so that two programs share an
+# SM (and the scheduler overlaps one's softmax with the other's matmuls) where their shared memory
+# also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
+# the producer loads the next tile's Q, K and V while the consumers finish the current one.
 CANDIDATES = {
-    64: [_cfg(128, 128, 3, 8), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, 128), _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 2, 8)],
-    128: [_cfg(128, 128, 2, 8), _cfg(128, 128, 2, 4, parts=2), _cfg(128, 64, 3, 8), _cfg(128, 64, 2, 4), _cfg(64, 64, 2, 4, 128)],
+    64: [_cfg(128, 128, 3, 8), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, 128), _cfg(64, 128, 2, 4, 128),
+         _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
+    128: [_cfg(128, 128, 2, 8), _cfg(128, 128, 2, 4, parts=2), _cfg(128, 64, 3, 8), _cfg(64, 64, 2, 4, 128),
+          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(128, 64, 3, 4, parts=2, persistent=True)],
 }
 TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-              q_row, kv_row, n_blocks, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr):
-    """One warp: each consumer's Q rows once, then K_j and V_j into slot j % STAGES as soon as the
-    slot is free."""
+def _tile(t, n_m, CAUSAL: gl.constexpr):
+    """Tile t's query block and (batch·head): query blocks fastest, as a (n_m, B·H) grid would run
+    them; causal tiles longest first within each head."""
+    start_m = t % n_m
+    if CAUSAL:
+        start_m = n_m - 1 - start_m
+    return start_m, t // n_m
+
+
+@gluon.jit
+def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    if CAUSAL:
+        return gl.cdiv((start_m + 1) * BLOCK_M, BLOCK_N)
+    else:
+        return SK // BLOCK_N
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+              H, G, SQ, SK, n_m, num_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              PARTS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
+    and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
-    mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
-    for part in gl.static_range(PARTS):
-        _tma_load(q_desc, [q_row + part * BM, 0], q_bar, q_smem.index(part))
-    for j in range(n_blocks):
-        slot = j % STAGES
-        # a fresh barrier counts as released once, so the first STAGES waits pass at once
-        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        _tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        _tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+    c = 0
+    i = 0
+    for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        start_m, off_hz = _tile(t, n_m, CAUSAL)
+        q_row = off_hz * SQ + start_m * BLOCK_M
+        kv_row = (off_hz // H * (H // G) + off_hz % H // G) * SK
+        # a fresh barrier counts as released once, so the first waits pass at once
+        mbarrier.wait(q_empty, (i & 1) ^ 1)
+        mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
+        for part in gl.static_range(PARTS):
+            _tma_load(q_desc, [q_row + part * BM, 0], q_bar, q_smem.index(part))
+        for j in range(_key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)):
+            slot = c % STAGES
+            mbarrier.wait(kv_empty.index(slot), ((c // STAGES) & 1) ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            _tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            _tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            c += 1
+        i += 1
 
 
 @gluon.jit
@@ -91,19 +122,20 @@ def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: 
 
 
 @gluon.jit
-def _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, my_turn, other_turn,
+def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, my_turn, other_turn,
            s_zero, qk_scale, row0, MASK: gl.constexpr, PINGPONG: gl.constexpr, FIRST: gl.constexpr,
            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
            BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """Key block j's scores and the previous block's P·V, both in flight; the softmax of S_j runs
-    while the tensor cores finish P_{j-1} V_{j-1}. With PINGPONG the two consumer warpgroups take
-    turns to issue their matmuls, so one's softmax lines up with the other's matmuls (FA3 §3.1)."""
-    slot = j % STAGES
-    prev = (j - 1) % STAGES
-    mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
-    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    """Key block j (ring position c) scores and the previous block's P·V, both in flight; the
+    softmax of S_j runs while the tensor cores finish P_{j-1} V_{j-1}. With PINGPONG the two
+    consumer warpgroups take turns (turn counts them) to issue their matmuls, so one's softmax
+    lines up with the other's matmuls (FA3 §3.1)."""
+    slot = c % STAGES
+    prev = (c - 1) % STAGES
+    mbarrier.wait(k_ready.index(slot), (c // STAGES) & 1)
+    mbarrier.wait(v_ready.index(prev), ((c - 1) // STAGES) & 1)
     if PINGPONG:  # the first warpgroup's first wait passes on the fresh barrier
-        mbarrier.wait(my_turn, ((j - 1) & 1) ^ FIRST)
+        mbarrier.wait(my_turn, (turn & 1) ^ FIRST)
     s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     if PINGPONG:
@@ -117,11 +149,11 @@ def _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_
 
 
 @gluon.jit
-def _consumer(q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE,
-              q_row, lse_row, n_blocks, start_m, qk_scale,
+def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns, LSE,
+              SQ, SK, n_m, num_tiles, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """One consumer partition: rows [PART·BM, (PART+1)·BM) of the program's BLOCK_M query rows."""
+    """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
     BM: gl.constexpr = BLOCK_M // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -130,77 +162,83 @@ def _consumer(q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     PINGPONG: gl.constexpr = PARTS == 2
+    FIRST: gl.constexpr = PART == 0
     q_tile = q_smem.index(PART)
+    o_tile = o_smem.index(PART)
     my_turn = turns.index(PART)
     other_turn = turns.index((PART + 1) % 2)
     dtype: gl.constexpr = q_smem.dtype
-    row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
-    n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
-
-    m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BM, D], gl.float32, o_layout)
     s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
 
-    mbarrier.wait(q_bar, 0)
-    # block 0: its scores alone; its P·V is issued with block 1's scores
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s_tok])
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
-    # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
-    for j in range(1, gl.maximum(n_full, 1)):
-        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                                     my_turn, other_turn, s_zero, qk_scale, row0, False, PINGPONG, PART == 0,
-                                     s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
-    for j in range(gl.maximum(n_full, 1), n_blocks):
-        acc, m_i, l_i, p_op = _block(j, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                                     my_turn, other_turn, s_zero, qk_scale, row0, True, PINGPONG, PART == 0,
-                                     s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
-    last = (n_blocks - 1) % STAGES
-    mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
-    o_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=[o_tok])
-    mbarrier.arrive(kv_empty.index(last), count=1)
+    c = 0  # key blocks consumed over all tiles: ring slot and phase
+    turn = 0  # ping-pong turns taken over all tiles
+    i = 0
+    for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        start_m, off_hz = _tile(t, n_m, CAUSAL)
+        n_blocks = _key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)
+        row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
+        n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
+        m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([BM, D], gl.float32, o_layout)
 
-    o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
-    rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-    gl.store(LSE + lse_row + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
-    q_tile.store(o.to(dtype))  # Q is no longer needed: its slot holds O on the way out
-    fence_async_shared()
-    _tma_store(o_desc, [q_row + PART * BM, 0], q_tile)
+        mbarrier.wait(q_bar, i & 1)
+        # block 0: its scores alone; its P·V is issued with block 1's scores
+        mbarrier.wait(k_ready.index(c % STAGES), (c // STAGES) & 1)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(c % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
+        for j in range(1, gl.maximum(n_full, 1)):
+            acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
+                                         k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
+                                         False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
+        for j in range(gl.maximum(n_full, 1), n_blocks):
+            acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
+                                         k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
+                                         True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
+        last = c + n_blocks - 1
+        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+        o_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[o_tok])
+        mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
+        mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the next Q may load
+        c += n_blocks
+        turn += n_blocks - 1
+        i += 1
+
+        o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
+        rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+        gl.store(LSE + off_hz * SQ + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
+        tma.store_wait(0)  # the previous tile's O has left o_tile
+        o_tile.store(o.to(dtype))
+        fence_async_shared()
+        _tma_store(o_desc, [off_hz * SQ + row0, 0], o_tile)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale,
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale, num_tiles,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, num_warps: gl.constexpr):
+    """Programs loop over tiles t = pid, pid + programs, ... (one tile each when the grid has
+    num_tiles programs)."""
     n_m = SQ // BLOCK_M
-    start_m = gl.program_id(0)
-    if CAUSAL:
-        start_m = n_m - 1 - start_m  # the longest rows first
-    off_hz = gl.program_id(1)
-    b = off_hz // H
-    h = off_hz % H
-    q_row = off_hz * SQ + start_m * BLOCK_M
-    kv_row = (b * (H // G) + h // G) * SK
-    if CAUSAL:
-        n_blocks = gl.cdiv((start_m + 1) * BLOCK_M, BLOCK_N)
-    else:
-        n_blocks = SK // BLOCK_N
-
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
+    o_smem = gl.allocate_shared_memory(dtype, [PARTS] + o_desc.block_type.shape, o_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=PARTS)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -208,22 +246,22 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale,
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)
 
-    lse_row = off_hz * SQ
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
-            (_consumer, (q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE, q_row, lse_row,
-                         n_blocks, start_m, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
-            (_consumer, (q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE, q_row, lse_row,
-                         n_blocks, start_m, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-                         q_row, kv_row, n_blocks, BLOCK_N, STAGES, PARTS)),
+            (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
+                         LSE, SQ, SK, n_m, num_tiles, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+            (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
+                         LSE, SQ, SK, n_m, num_tiles, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         H, G, SQ, SK, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
-            (_consumer, (q_smem, o_desc, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turns, LSE, q_row, lse_row,
-                         n_blocks, start_m, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-                         q_row, kv_row, n_blocks, BLOCK_N, STAGES, PARTS)),
+            (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
+                         LSE, SQ, SK, n_m, num_tiles, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         H, G, SQ, SK, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL)),
         ], [1], [24])
 
 
@@ -262,8 +300,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
-    _fwd_kernel[(SQ // bm, B * H)](
+    num_tiles = SQ // bm * B * H
+    programs = num_tiles
+    if cfg.get("PERSISTENT"):
+        per_sm = 2 if cfg.get("maxnreg") == 128 else 1
+        programs = min(num_tiles, per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count)
+    _fwd_kernel[(programs,)](
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
-        sm_scale * LOG2E, D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal),
+        sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal),
         PARTS=cfg["PARTS"], num_warps=cfg["num_warps"], **extra)
     return o, lse

@@ -697,7 +697,9 @@ def test_gpu_every_gluon_config_is_correct(d, causal):
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
 
-    q, k, v, _ = _gpu_inputs(2, 4, 2, 768, 768, d, "bfloat16", "bhsd", d + causal)
+    # 2 · 16 · 2048 / 128 = 512 tiles: more than the persistent configs' programs (132 or 264), so
+    # their loop over tiles, the ring and the ping-pong turns carry over from one tile to the next
+    q, k, v, _ = _gpu_inputs(2, 16, 4, 2048, 2048, d, "bfloat16", "bhsd", d + causal)
     scale = 1 / math.sqrt(d)
     ref = reference(q, k, v, causal, scale, dtype=torch.float32)
     naive = _naive_low_precision(q, k, v, causal, scale)
@@ -727,31 +729,43 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
         _fa_rule(name, ours[i], naive[i], ref[i])
 
 
+GLUON_COMPILE = """
+import sys
+from triton import compile as triton_compile
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from drill.kernels import flash_hopper
+
+parts, warps, d = int(sys.argv[1]), int(sys.argv[2]), 128
+def desc(rows):
+    layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
+    return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
+rows = 128 // parts
+sig = dict(q_desc=desc(rows), k_desc=desc(128), v_desc=desc(128), o_desc=desc(rows), LSE="*fp32", H="i32", G="i32",
+           SQ="i32", SK="i32", qk_scale="fp32", num_tiles="i32")
+consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, num_warps=warps)
+sig.update({name: "constexpr" for name in consts})
+kernel = triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
+                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+sys.stdout.write(kernel.asm["ptx"])
+"""
+
+
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
 @pytest.mark.parametrize("parts,warps", [(1, 8), (2, 4)], ids=["one-partition", "ping-pong"])
-def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps):
+def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
     """The installed Triton (the newest on CI; the device has 3.6) still compiles the Gluon
-    forward for sm_90 without a GPU: warp-specialised (register hand-off) with asynchronous wgmma."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
+    forward for sm_90 without a GPU: warp-specialised (register hand-off) with asynchronous wgmma.
+    In a child process without TRITON_INTERPRET (Gluon's library would be interpreted functions)
+    and with an empty cache (a cached kernel would skip the front end this test is about)."""
+    import subprocess
+    import sys
 
-    from drill.kernels import flash_hopper
-
-    d, block_n = 128, 128
-
-    def desc(rows):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
-        return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
-
-    rows = 128 // parts
-    sig = dict(q_desc=desc(rows), k_desc=desc(block_n), v_desc=desc(block_n), o_desc=desc(rows), LSE="*fp32",
-               H="i32", G="i32", SQ="i32", SK="i32", qk_scale="fp32")
-    consts = dict(D=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=2, CAUSAL=True, PARTS=parts, num_warps=warps)
-    sig.update({name: "constexpr" for name in consts})
-    kernel = triton.compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
-                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
-    ptx = kernel.asm["ptx"]
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, str(parts), str(warps)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = proc.stdout
     assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx
     assert "wgmma.wait_group.sync.aligned 1" in ptx  # S_j waited for while P_{j-1} V_{j-1} runs
