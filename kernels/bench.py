@@ -527,19 +527,28 @@ def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None]
 
 def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
                 log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """The Gluon forward (kernels/flash_hopper.py) against the Triton forward (tuned) and SDPA cuDNN,
-    in one run, [B, H, S, D] bf16; the error is against cuDNN's output."""
+    """The Gluon forward (kernels/flash_hopper.py) against the Triton forward alone (tuned) and SDPA
+    cuDNN, in one run, [B, H, S, D] bf16; the error is against cuDNN's output."""
     import torch
     from torch.nn.attention import SDPBackend
 
     from drill.kernels import flash_attention, flash_hopper
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
-    base = {"cudnn": cudnn, "ours": lambda q, k, v, c, sc: flash_attention(q, k, v, causal=c, sm_scale=sc)}
+    from drill.kernels import flash as fl
+
+    def triton_only(q, k, v, c, sc):
+        saved, fl.FORWARD = fl.FORWARD, "triton"
+        try:
+            return flash_attention(q, k, v, causal=c, sm_scale=sc)
+        finally:
+            fl.FORWARD = saved
+
+    base = {"cudnn": cudnn, "ours": triton_only}
     rows = []
-    lines = ["| D | S | mask | Gluon TFLOP/s | Triton (ours) TFLOP/s | cuDNN TFLOP/s | Gluon / cuDNN | "
+    lines = ["| D | S | mask | Gluon TFLOP/s | Triton kernel TFLOP/s | cuDNN TFLOP/s | Gluon / cuDNN | "
              "Triton / cuDNN | Gluon / Triton | Gluon max err vs cuDNN | Gluon config (BLOCK_M, BLOCK_N, stages, "
-             "warps, maxnreg); every config's TFLOP/s |", "|" + "---|" * 11]
+             "warps, maxnreg, partitions, persistent); every config's TFLOP/s |", "|" + "---|" * 11]
     for case in bench_cases(ds, seqs, tokens, causals):
         d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
         q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)

@@ -50,10 +50,10 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
 # the producer loads the next tile's Q, K and V while the consumers finish the current one.
 CANDIDATES = {
-    64: [_cfg(128, 128, 3, 8), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, 128), _cfg(64, 128, 2, 4, 128),
-         _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
-    128: [_cfg(128, 128, 2, 8), _cfg(128, 128, 2, 4, parts=2), _cfg(128, 64, 3, 8), _cfg(64, 64, 2, 4, 128),
-          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(128, 64, 3, 4, parts=2, persistent=True)],
+    64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
+         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
+    128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
+          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
 TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
