@@ -14,10 +14,11 @@ Triton's lower-level language, can; this kernel does the two things FlashAttenti
   while the tensor cores are still on P_{j-1} V_{j-1}; then they wait for O, rescale it by
   the change of the running max, and release slot j-1.
 
-Scope: bf16/fp16, D = 64 or 128, q/k/v/o contiguous [B, H, S, D] (k, v may have fewer heads:
-GQA), Sq and Sk multiples of the tiles, causal only with Sq = Sk. Everything else, the
-interpreter and other GPUs run kernels/flash.py, which also owns the backward; `applicable`
-says which. The log-sum-exp is written in flash.py's format (natural log), so its backward
+Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S, H, D] views
+(any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;
+k and v alike), k and v may have fewer heads (GQA), Sq and Sk multiples of 128, causal only
+with Sq = Sk. Everything else, the interpreter and other GPUs run kernels/flash.py, which also
+owns the backward; `applicable` says which. The log-sum-exp is written in flash.py's format (natural log), so its backward
 works unchanged on this forward's output.
 """
 
@@ -69,6 +70,15 @@ def _tile(t, n_m, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
+def _origin(b, h, sb, sh, ss):
+    """Head (b, h) in a tensor seen as one [rows, ss] matrix (ss: the sequence stride): its first
+    row and its column, as flash.py's MODE 2 does. [B, H, S, D] gives rows (b·H + h)·S, column 0;
+    [B, S, H, D] rows b·S, column h·D."""
+    off = b * sb + h * sh
+    return off // ss, off % ss
+
+
+@gluon.jit
 def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
     if CAUSAL:
         return gl.cdiv((start_m + 1) * BLOCK_M, BLOCK_N)
@@ -78,8 +88,8 @@ def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SQ, SK, n_m, num_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              PARTS: gl.constexpr, CAUSAL: gl.constexpr):
+              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
     and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -87,20 +97,21 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
     i = 0
     for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         start_m, off_hz = _tile(t, n_m, CAUSAL)
-        q_row = off_hz * SQ + start_m * BLOCK_M
-        kv_row = (off_hz // H * (H // G) + off_hz % H // G) * SK
+        q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
+        q_row += start_m * BLOCK_M
+        kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
         # a fresh barrier counts as released once, so the first waits pass at once
         mbarrier.wait(q_empty, (i & 1) ^ 1)
         mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
         for part in gl.static_range(PARTS):
-            _tma_load(q_desc, [q_row + part * BM, 0], q_bar, q_smem.index(part))
+            _tma_load(q_desc, [q_row + part * BM, q_col], q_bar, q_smem.index(part))
         for j in range(_key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)):
             slot = c % STAGES
             mbarrier.wait(kv_empty.index(slot), ((c // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            _tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+            _tma_load(k_desc, [kv_row + j * BLOCK_N, kv_col], k_ready.index(slot), k_smem.index(slot))
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            _tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+            _tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(slot), v_smem.index(slot))
             c += 1
         i += 1
 
@@ -150,7 +161,7 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
 
 @gluon.jit
 def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns, LSE,
-              SQ, SK, n_m, num_tiles, qk_scale,
+              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
@@ -215,12 +226,13 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         tma.store_wait(0)  # the previous tile's O has left o_tile
         o_tile.store(o.to(dtype))
         fence_async_shared()
-        _tma_store(o_desc, [off_hz * SQ + row0, 0], o_tile)
+        o_row, o_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)  # o is laid out as q
+        _tma_store(o_desc, [o_row + row0, o_col], o_tile)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale, num_tiles,
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, num_warps: gl.constexpr):
     """Programs loop over tiles t = pid, pid + programs, ... (one tile each when the grid has
@@ -249,19 +261,21 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale, num
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, SQ, SK, n_m, num_tiles, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, SQ, SK, n_m, num_tiles, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL)),
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         CAUSAL)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, SQ, SK, n_m, num_tiles, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
                          CAUSAL)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL)),
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         CAUSAL)),
         ], [1], [24])
 
 
@@ -270,33 +284,44 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, qk_scale, num
 
 def applicable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether this kernel covers the call (module docstring: scope)."""
+    from .flash import _host_ok
+
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
         return False
     B, H, SQ, D = q.shape
     SK = k.shape[2]
-    if D not in CANDIDATES or SQ % TILE or SK % TILE or (causal and SQ != SK):
+    if D not in CANDIDATES or SQ % TILE or SK % TILE or (causal and SQ != SK) or k.stride() != v.stride():
         return False
-    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
+    for t in (q, k, v):  # TMA: 16-byte aligned base and strides; int32 offsets in the kernel
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+        if not _host_ok(t) or t.untyped_storage().nbytes() >= 2**31:
+            return False
+    return True
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """t's [B, H, S, D] memory as one [B·H·S, D] matrix, read or written `rows` rows at a time."""
-    d = t.shape[-1]
-    flat = t.view(-1, d)
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16)
-    return TensorDescriptor.from_tensor(flat, [rows, d], layout)
+    """t's memory as one [rows, sequence stride] matrix (see _origin), read or written `rows` rows
+    and D columns at a time."""
+    B, H, S, D = t.shape
+    sb, sh, ss, _ = t.stride()
+    n = ((B - 1) * sb + (H - 1) * sh) // ss + S
+    layout = gl.NVMMASharedLayout.get_default_for([rows, D], gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16)
+    return TensorDescriptor(t, [n, ss], [ss, 1], [rows, D], layout)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             cfg: dict | None = None):
-    """o [B, H, Sq, D] and lse [B, H, Sq] (natural log), as flash.py's forward returns them."""
+    """o [B, H, Sq, D] in q's layout and lse [B, H, Sq] (natural log), as flash.py's forward
+    returns them."""
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
     cfg = cfg or CANDIDATES[D][0]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    o = torch.empty_like(q)
+    o = torch.empty_like(q)  # keeps q's strides, [B, S, H, D] views included
+    assert o.stride() == q.stride()
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
@@ -307,6 +332,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
         programs = min(num_tiles, per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count)
     _fwd_kernel[(programs,)](
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
-        sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal),
-        PARTS=cfg["PARTS"], num_warps=cfg["num_warps"], **extra)
+        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn,
+        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], num_warps=cfg["num_warps"], **extra)
     return o, lse

@@ -640,8 +640,8 @@ def test_gpu_one_pass_plans_every_candidate_config(plan, d, monkeypatch):
 
 
 # Gluon forward (kernels/flash_hopper.py): Hopper only; FORWARD = "gluon" routes the calls it covers.
-GLUON_CASES = [(d, hkv, c, dt) for d in (64, 128) for hkv in (4, 1) for c in (False, True)
-               for dt in ("bfloat16", "float16")]
+GLUON_CASES = [(d, hkv, c, dt, lay) for d in (64, 128) for hkv in (4, 1) for c in (False, True)
+               for dt, lay in (("bfloat16", "bhsd"), ("float16", "bhsd"), ("bfloat16", "bshd"))]
 
 
 def _hopper() -> bool:
@@ -649,18 +649,19 @@ def _hopper() -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d,hkv,causal,dtype", GLUON_CASES, ids=lambda x: str(x))
-def test_gpu_gluon_forward_fa_rule(d, hkv, causal, dtype, monkeypatch):
-    """The Gluon forward (MHA-sized and MQA groups, both masks) under FlashAttention's error rule,
-    and the backward run on its o and lse."""
+@pytest.mark.parametrize("d,hkv,causal,dtype,layout", GLUON_CASES, ids=lambda x: str(x))
+def test_gpu_gluon_forward_fa_rule(d, hkv, causal, dtype, layout, monkeypatch):
+    """The Gluon forward (MHA-sized and MQA groups, both masks, both layouts) under FlashAttention's
+    error rule, and the backward run on its o and lse; o keeps q's layout."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
 
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
     monkeypatch.setattr(flash_mod, "FORWARD", "gluon")
-    q, k, v, do = _gpu_inputs(2, 4, hkv, 1024, 1024, d, dtype, "bhsd", 7 * d + hkv)
+    q, k, v, do = _gpu_inputs(2, 4, hkv, 1024, 1024, d, dtype, layout, 7 * d + hkv)
     assert flash_hopper.applicable(q, k, v, causal)
+    assert flash_attention(q, k, v, causal=causal).stride() == q.stride()
     scale = 1 / math.sqrt(d)
     ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
     ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
@@ -672,7 +673,8 @@ def test_gpu_gluon_forward_fa_rule(d, hkv, causal, dtype, monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
-    """A ragged length, a transposed layout or fp32 goes to flash.py's kernel, with the same result."""
+    """A ragged length, k and v in different layouts or fp32 go to flash.py's kernel, with the same
+    result."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
@@ -680,6 +682,7 @@ def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
     q, k, v, _ = _gpu_inputs(1, 4, 4, 1000, 1000, 64, "bfloat16", "bhsd", 3)
     qt, kt, vt, _ = _gpu_inputs(1, 4, 4, 1024, 1024, 64, "bfloat16", "bshd", 4)
+    vt = vt.contiguous()  # k a [B, S, H, D] view, v contiguous: one descriptor layout cannot serve both
     assert not flash_hopper.applicable(q, k, v, False) and not flash_hopper.applicable(qt, kt, vt, False)
     assert not flash_hopper.applicable(q.float(), k.float(), v.float(), False)
     for a, b, c in ((q, k, v), (qt, kt, vt)):
@@ -743,7 +746,7 @@ def desc(rows):
     return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
 rows = 128 // parts
 sig = dict(q_desc=desc(rows), k_desc=desc(128), v_desc=desc(128), o_desc=desc(rows), LSE="*fp32", H="i32", G="i32",
-           SQ="i32", SK="i32", qk_scale="fp32", num_tiles="i32")
+           SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"}, qk_scale="fp32", num_tiles="i32")
 consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, num_warps=warps)
 sig.update({name: "constexpr" for name in consts})
 kernel = triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
