@@ -585,6 +585,45 @@ def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
     return rows, "\n".join(lines)
 
 
+def gluon_layout_configs(log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Every forward config (the Triton kernel tuned, each Gluon config pinned) in both layouts,
+    do_bench 200 ms each, B = 4, S = 4096: whether a kernel cares about the layout, apart from
+    which config a tuner picks (kernels/NOTES.md, g4)."""
+    import torch
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_hopper
+
+    rows, lines = [], ["| D | mask | config | [B, H, S, D] TFLOP/s | [B, S, H, D] TFLOP/s | ratio |", "|---|---|---|---|---|---|"]
+    saved = fl.FORWARD
+    try:
+        fl.FORWARD = "triton"
+        for d in (128, 64):
+            h = HEADS[d]
+            for causal in (False, True):
+                fl_ = flops(4, h, 4096, d, causal, "fwd")
+                configs = {"Triton (tuned)": None, **{str(tuple(c.values())): c for c in flash_hopper.CANDIDATES[d]}}
+                tf = {}
+                for layout in ("bhsd", "bshd"):
+                    q, k, v = _inputs(4, h, h, 4096, d, torch.bfloat16, layout, 1)
+                    for name, cfg in configs.items():
+                        def fn(cfg=cfg):
+                            if cfg is None:
+                                return fl.flash_attention(q, k, v, causal=causal)
+                            return flash_hopper.forward(q, k, v, causal, 1 / math.sqrt(d), cfg)
+                        with torch.no_grad():
+                            fn()
+                            tf[(name, layout)] = fl_ / _median_ms(fn, rep=200) * 1e-9
+                for name in configs:
+                    a, b = tf[(name, "bhsd")], tf[(name, "bshd")]
+                    rows.append({"d": d, "causal": causal, "config": name, "bhsd": a, "bshd": b})
+                    lines.append(f"| {d} | {'causal' if causal else 'none'} | {name} | {a:.0f} | {b:.0f} | {b / a:.3f} |")
+                    log(lines[-1])
+    finally:
+        fl.FORWARD = saved
+    return rows, "\n".join(lines)
+
+
 def graph_ms(fn: Callable, rep: int = 100) -> float:
     """Median ms of fn replayed from a CUDA graph captured once (do_bench: L2 flushed before each
     replay): the GPU's time alone, without Python or launch overhead between runs."""

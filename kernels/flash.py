@@ -15,6 +15,11 @@ allows TF32 (allow_tf32 = True or fp32_precision = "tf32"). The accurate path is
 float64 are those of the scalar-FMA "ieee" path and of SDPA EFFICIENT (4e-7 to 4e-6) at
 18-34 TFLOP/s, where "ieee" runs at 2-4 (BENCHMARKS.md, fp32 table).
 
+On Hopper the forward may instead run kernels/flash_hopper.py, a warp-specialised Gluon kernel
+(TMA producer warp, asynchronous wgmma across the softmax, two consumer warpgroups in
+ping-pong, persistent programs): FORWARD "auto" times both per shape bucket and keeps the
+faster; the backward below serves either, as both write the same o and lse.
+
 Forward (one program per (query block, batch*head)):
     Q_i [BLOCK_M, D] stays in registers; K_j, V_j [BLOCK_N, D] stream past it.
     s = Q_i K_j^T * scale * log2(e)            # base-2 scores, [BLOCK_M, BLOCK_N]

@@ -223,7 +223,8 @@ def step_flash_features(ctx: Context) -> StepResult:
                            ("Forward variants pinned side by side", bench.bench_variants, None),
                            ("Backward variants pinned side by side", bench.bench_bwd_variants, None),
                            ("Gluon forward (warp-specialised, async wgmma) against Triton and cuDNN",
-                            bench.bench_gluon, None)):
+                            bench.bench_gluon, None),
+                           ("Every forward config in both layouts", bench.gluon_layout_configs, None)):
         if ctx.args.features and fn.__name__ not in ctx.args.features.split(","):
             continue
         ctx.log(f"-- {title}")
