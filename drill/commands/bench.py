@@ -53,7 +53,7 @@ def _render(rows: list[dict], title: str) -> None:
 
     present, ratio_keys = table_columns(rows)
     table = Table(title=title, caption="TFLOP/s (forward 4·B·H·S²·D, half if causal; backward 2.5×); "
-                                       "ratios are Triton (ours) or yours over the SDPA backend")
+                                       "ratios are ours (Triton or, on Hopper, Gluon) or yours over the SDPA backend")
     for col in ["D", "S", "B×H", "mask", "pass"]:
         table.add_column(col, justify="right" if col in ("D", "S") else "left")
     for n in present:
