@@ -3,16 +3,20 @@
 kernels/NOTES.md (v2, v5) found what holds the plain-Triton forward near 0.85× cuDNN at D = 128:
 the softmax of a score tile does not overlap the tensor cores' work, and plain Triton 3.6 can
 neither split the warps into roles nor keep a matmul in flight across the softmax. Gluon,
-Triton's lower-level language, can; this kernel does the two things FlashAttention-3 does
-(Shah et al. 2024, §3.1–3.2):
+Triton's lower-level language, can; this kernel does what FlashAttention-3 does (Shah et al.
+2024, §3.1–3.2):
 
-- Warp specialisation. One producer warp only issues TMA copies of K and V blocks into a ring
-  of STAGES shared-memory slots; it waits for a slot to be released before refilling it. The
-  eight consumer warps (two warpgroups, 64 query rows each) never wait on a load they issued.
+- Warp specialisation. One producer warp only issues TMA copies: each tile's Q, then its K and
+  V blocks into a ring of STAGES shared-memory slots, refilling a slot once every consumer
+  released it. The consumer warps never wait on a load they issued.
 - Softmax overlapped with the matmuls. In iteration j the consumers issue S_j = Q K_jᵀ and
   O += P_{j-1} V_{j-1} as asynchronous wgmma, wait for S_j only, and compute the softmax of S_j
   while the tensor cores are still on P_{j-1} V_{j-1}; then they wait for O, rescale it by
   the change of the running max, and release slot j-1.
+- Ping-pong (PARTS = 2). Two consumer warpgroups of 64 rows take turns to issue their matmuls
+  through a pair of mbarriers, so one's softmax lines up with the other's matmuls.
+- Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
+  producer loads the next tile while the consumers finish the current one.
 
 Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S, H, D] views
 (any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;
