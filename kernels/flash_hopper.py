@@ -289,15 +289,24 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
 
 def applicable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether this kernel covers the call (module docstring: scope)."""
-    from .flash import _host_ok
-
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
         return False
+    return shapes_supported(q, k, v, causal)
+
+
+def shapes_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """The device-independent half of `applicable`: dtypes, sizes and memory layouts."""
+    from .flash import _host_ok
+
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
         return False
     B, H, SQ, D = q.shape
     SK = k.shape[2]
     if D not in CANDIDATES or SQ % TILE or SK % TILE or (causal and SQ != SK) or k.stride() != v.stride():
+        return False
+    # o is written in q's layout, so q must be one an output can have: [B, H, S, D] or a
+    # [B, S, H, D] view (a slice of packed qkv is neither; flash.py reads those in place)
+    if not (q.is_contiguous() or q.transpose(1, 2).is_contiguous()):
         return False
     for t in (q, k, v):  # TMA: 16-byte aligned base and strides; int32 offsets in the kernel
         if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
@@ -325,8 +334,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     HKV, SK = k.shape[1], k.shape[2]
     cfg = cfg or CANDIDATES[D][0]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    o = torch.empty_like(q)  # keeps q's strides, [B, S, H, D] views included
-    assert o.stride() == q.stride()
+    o = torch.empty_like(q)  # q's strides: q is [B, H, S, D] or a [B, S, H, D] view (shapes_supported)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows

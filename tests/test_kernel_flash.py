@@ -772,3 +772,26 @@ def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
     ptx = proc.stdout
     assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx
     assert "wgmma.wait_group.sync.aligned 1" in ptx  # S_j waited for while P_{j-1} V_{j-1} runs
+
+
+def test_cpu_gluon_scope_by_dtype_size_and_layout():
+    """Which calls the Gluon forward takes (the rest run flash.py's kernel): checked without a GPU."""
+    pytest.importorskip("triton.experimental.gluon")
+    from drill.kernels import flash_hopper
+
+    def make(*shape, dtype=torch.bfloat16):
+        return torch.zeros(*shape, dtype=dtype)
+
+    q, k = make(2, 8, 256, 128), make(2, 2, 256, 128)
+    assert flash_hopper.shapes_supported(q, k, k.clone(), causal=True)
+    bshd = make(2, 256, 8, 128).transpose(1, 2)
+    assert flash_hopper.shapes_supported(bshd, bshd, bshd, causal=False)
+    qkv = make(2, 256, 3, 8, 128)  # packed: q is a strided slice no output can share
+    q_packed, k_packed, v_packed = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    assert not flash_hopper.shapes_supported(q_packed, k_packed, v_packed, causal=False)
+    assert flash_hopper.shapes_supported(q, k_packed[:, :2], v_packed[:, :2], causal=False)  # packed k, v: read only
+    assert not flash_hopper.shapes_supported(make(2, 8, 250, 128), make(2, 2, 250, 128), make(2, 2, 250, 128), False)
+    assert not flash_hopper.shapes_supported(q, make(2, 2, 384, 128), make(2, 2, 384, 128), causal=True)  # Sq != Sk
+    assert not flash_hopper.shapes_supported(q, k, bshd[:, :2], causal=False)  # k and v laid out differently
+    assert not flash_hopper.shapes_supported(q.float(), k.float(), k.float(), causal=False)
+    assert not flash_hopper.shapes_supported(make(2, 8, 256, 32), make(2, 2, 256, 32), make(2, 2, 256, 32), False)
