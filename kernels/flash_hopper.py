@@ -65,13 +65,37 @@ TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
 
 @gluon.jit
-def _tile(t, n_m, CAUSAL: gl.constexpr):
-    """Tile t's query block and (batch·head): query blocks fastest, as a (n_m, B·H) grid would run
-    them; causal tiles longest first within each head."""
-    start_m = t % n_m
+def _tile_count(num_tiles):
+    """How many tiles this program runs: one per round of num_programs tiles, the last round
+    partial (see _tile for who gets its tiles)."""
+    P = gl.num_programs(0)
+    pid = gl.program_id(0)
+    full = num_tiles // P
+    slot = pid + (full % 2) * (P - 1 - 2 * pid)  # this program's place in the partial round
+    return full + (slot < num_tiles % P).to(gl.int32)
+
+
+@gluon.jit
+def _tile(k, n_m, GROUP, CAUSAL: gl.constexpr):
+    """The k-th tile of this program: its query block and (batch·head).
+
+    Round k is tiles k·P .. k·P + P − 1 of the order below, dealt to the P programs left to right
+    in even rounds and right to left in odd ones, so a program that drew a long tile in one round
+    draws a short one in the next. Order: query blocks fastest, as a (n_m, B·H) grid would run
+    them; causal tiles longest first within each group of GROUP heads, heads fastest inside a
+    group, so each round holds tiles of about the same length and every program's sum of work
+    comes out nearly equal. GROUP = 1 is plain longest first per head (the grid of one tile per
+    program); the host picks larger groups for persistent programs, as many heads as keep their K
+    and V in L2 (_head_group)."""
+    P = gl.num_programs(0)
+    pid = gl.program_id(0)
+    t = k * P + pid + (k % 2) * (P - 1 - 2 * pid)
     if CAUSAL:
-        start_m = n_m - 1 - start_m
-    return start_m, t // n_m
+        per_group = GROUP * n_m
+        w = t % per_group
+        return n_m - 1 - w // GROUP, t // per_group * GROUP + w % GROUP
+    else:
+        return t % n_m, t // n_m
 
 
 @gluon.jit
@@ -93,15 +117,14 @@ def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M: gl.constexpr,
+              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, GROUP, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
     and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     c = 0
-    i = 0
-    for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        start_m, off_hz = _tile(t, n_m, CAUSAL)
+    for i in range(_tile_count(num_tiles)):
+        start_m, off_hz = _tile(i, n_m, GROUP, CAUSAL)
         q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
         q_row += start_m * BLOCK_M
         kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
@@ -118,7 +141,6 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
             _tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(slot), v_smem.index(slot))
             c += 1
-        i += 1
 
 
 @gluon.jit
@@ -166,7 +188,7 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
 
 @gluon.jit
 def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns, LSE,
-              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale,
+              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
@@ -188,9 +210,8 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
     c = 0  # key blocks consumed over all tiles: ring slot and phase
     turn = 0  # ping-pong turns taken over all tiles
-    i = 0
-    for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        start_m, off_hz = _tile(t, n_m, CAUSAL)
+    for i in range(_tile_count(num_tiles)):
+        start_m, off_hz = _tile(i, n_m, GROUP, CAUSAL)
         n_blocks = _key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)
         row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
@@ -223,7 +244,6 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the next Q may load
         c += n_blocks
         turn += n_blocks - 1
-        i += 1
 
         o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
         rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
@@ -238,10 +258,10 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
 @gluon.jit
 def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
-                D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                GROUP, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, num_warps: gl.constexpr):
-    """Programs loop over tiles t = pid, pid + programs, ... (one tile each when the grid has
-    num_tiles programs)."""
+    """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
+    num_tiles programs."""
     n_m = SQ // BLOCK_M
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
@@ -266,20 +286,20 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, GROUP, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
                          CAUSAL)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, GROUP, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL)),
         ], [1], [24])
 
@@ -326,6 +346,16 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor(t, [n, ss], [ss, 1], [rows, D], layout)
 
 
+L2_BUDGET = 32 << 20  # bytes of K and V that a group of heads may keep in the H200's 50 MB L2
+
+
+def _head_group(heads: int, kv_bytes_per_head: int) -> int:
+    """How many heads a persistent program's causal tile order groups (_tile): the most whose K and
+    V fit L2_BUDGET together, and a divisor of the head count so every group is whole."""
+    most = max(1, L2_BUDGET // kv_bytes_per_head)
+    return max(g for g in range(1, min(heads, most) + 1) if heads % g == 0)
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             cfg: dict | None = None):
     """o [B, H, Sq, D] in q's layout and lse [B, H, Sq] (natural log), as flash.py's forward
@@ -339,12 +369,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
     num_tiles = SQ // bm * B * H
-    programs = num_tiles
+    programs, group = num_tiles, 1
     if cfg.get("PERSISTENT"):
         per_sm = 2 if cfg.get("maxnreg") == 128 else 1
         programs = min(num_tiles, per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count)
+        group = _head_group(B * H, 2 * SK * D * k.element_size())
     _fwd_kernel[(programs,)](
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
-        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn,
+        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm, BLOCK_N=bn,
         STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], num_warps=cfg["num_warps"], **extra)
     return o, lse
