@@ -65,37 +65,41 @@ TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
 
 @gluon.jit
-def _tile_count(num_tiles):
-    """How many tiles this program runs: one per round of num_programs tiles, the last round
-    partial (see _tile for who gets its tiles)."""
+def _tile_count(num_tiles, PAIRED: gl.constexpr):
+    """How many tiles this program runs (see _tile for which)."""
     P = gl.num_programs(0)
     pid = gl.program_id(0)
-    full = num_tiles // P
-    slot = pid + (full % 2) * (P - 1 - 2 * pid)  # this program's place in the partial round
-    return full + (slot < num_tiles % P).to(gl.int32)
+    if PAIRED:
+        units = num_tiles // 2
+        return 2 * (units // P + (pid < units % P).to(gl.int32))
+    else:
+        return num_tiles // P + (pid < num_tiles % P).to(gl.int32)
 
 
 @gluon.jit
-def _tile(k, n_m, GROUP, CAUSAL: gl.constexpr):
+def _tile(k, n_m, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
     """The k-th tile of this program: its query block and (batch·head).
 
-    Round k is tiles k·P .. k·P + P − 1 of the order below, dealt to the P programs left to right
-    in even rounds and right to left in odd ones, so a program that drew a long tile in one round
-    draws a short one in the next. Order: query blocks fastest, as a (n_m, B·H) grid would run
-    them; causal tiles longest first within each group of GROUP heads, heads fastest inside a
-    group, so each round holds tiles of about the same length and every program's sum of work
-    comes out nearly equal. GROUP = 1 is plain longest first per head (the grid of one tile per
-    program); the host picks larger groups for persistent programs, as many heads as keep their K
-    and V in L2 (_head_group)."""
+    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest, causal ones longest first
+    within each head, so the tiles running at once share one head's K and V in L2. Program p takes
+    every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
+    length varies from 1 to n_m key blocks, and dealing them one by one gave some programs twice
+    the work of others (kernels/NOTES.md g5). Instead a head's query blocks pair up, the longest
+    with the shortest (i with n_m − 1 − i: n_m + 1 key blocks together); the pairs are dealt in
+    the same order and a program runs each pair's two tiles in a row."""
     P = gl.num_programs(0)
     pid = gl.program_id(0)
-    t = k * P + pid + (k % 2) * (P - 1 - 2 * pid)
-    if CAUSAL:
-        per_group = GROUP * n_m
-        w = t % per_group
-        return n_m - 1 - w // GROUP, t // per_group * GROUP + w % GROUP
+    if PAIRED:
+        half = n_m // 2
+        u = k // 2 * P + pid
+        i = u % half
+        return i + (1 - k % 2) * (n_m - 1 - 2 * i), u // half
     else:
-        return t % n_m, t // n_m
+        t = k * P + pid
+        if CAUSAL:
+            return n_m - 1 - t % n_m, t // n_m
+        else:
+            return t % n_m, t // n_m
 
 
 @gluon.jit
@@ -117,14 +121,15 @@ def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, GROUP, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr):
+              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr,
+              PAIRED: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
     and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     c = 0
-    for i in range(_tile_count(num_tiles)):
-        start_m, off_hz = _tile(i, n_m, GROUP, CAUSAL)
+    for i in range(_tile_count(num_tiles, PAIRED)):
+        start_m, off_hz = _tile(i, n_m, CAUSAL, PAIRED)
         q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
         q_row += start_m * BLOCK_M
         kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
@@ -188,9 +193,10 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
 
 @gluon.jit
 def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns, LSE,
-              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale,
+              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+              PAIRED: gl.constexpr):
     """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
     BM: gl.constexpr = BLOCK_M // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -210,8 +216,8 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
     c = 0  # key blocks consumed over all tiles: ring slot and phase
     turn = 0  # ping-pong turns taken over all tiles
-    for i in range(_tile_count(num_tiles)):
-        start_m, off_hz = _tile(i, n_m, GROUP, CAUSAL)
+    for i in range(_tile_count(num_tiles, PAIRED)):
+        start_m, off_hz = _tile(i, n_m, CAUSAL, PAIRED)
         n_blocks = _key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)
         row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
@@ -258,8 +264,8 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
 @gluon.jit
 def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
-                GROUP, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, PARTS: gl.constexpr, num_warps: gl.constexpr):
+                D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs."""
     n_m = SQ // BLOCK_M
@@ -286,21 +292,23 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL, PAIRED)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, GROUP, BLOCK_M, BLOCK_N, STAGES, PARTS,
-                         CAUSAL)),
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         CAUSAL, PAIRED)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, GROUP, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, GROUP, BLOCK_M, BLOCK_N, STAGES, PARTS,
-                         CAUSAL)),
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         CAUSAL, PAIRED)),
         ], [1], [24])
 
 
@@ -346,16 +354,6 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor(t, [n, ss], [ss, 1], [rows, D], layout)
 
 
-L2_BUDGET = 32 << 20  # bytes of K and V that a group of heads may keep in the H200's 50 MB L2
-
-
-def _head_group(heads: int, kv_bytes_per_head: int) -> int:
-    """How many heads a persistent program's causal tile order groups (_tile): the most whose K and
-    V fit L2_BUDGET together, and a divisor of the head count so every group is whole."""
-    most = max(1, L2_BUDGET // kv_bytes_per_head)
-    return max(g for g in range(1, min(heads, most) + 1) if heads % g == 0)
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             cfg: dict | None = None):
     """o [B, H, Sq, D] in q's layout and lse [B, H, Sq] (natural log), as flash.py's forward
@@ -369,13 +367,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
     num_tiles = SQ // bm * B * H
-    programs, group = num_tiles, 1
+    programs = num_tiles
     if cfg.get("PERSISTENT"):
         per_sm = 2 if cfg.get("maxnreg") == 128 else 1
         programs = min(num_tiles, per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count)
-        group = _head_group(B * H, 2 * SK * D * k.element_size())
+    paired = bool(causal) and programs < num_tiles and SQ // bm % 2 == 0  # _tile
     _fwd_kernel[(programs,)](
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
-        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm, BLOCK_N=bn,
-        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], num_warps=cfg["num_warps"], **extra)
+        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn,
+        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
+        num_warps=cfg["num_warps"], **extra)
     return o, lse

@@ -695,24 +695,22 @@ def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("heads_in_l2", [None, 2])
-def test_gpu_every_gluon_config_is_correct(d, causal, heads_in_l2, monkeypatch):
-    """Every configuration; heads_in_l2 = 2 shrinks the L2 budget so persistent causal programs
-    order their tiles in groups of 2 of the 32 heads, rounds crossing group boundaries."""
+@pytest.mark.parametrize("seq", [2048, 1920])
+def test_gpu_every_gluon_config_is_correct(d, causal, seq):
+    """Every configuration. 2 · 16 · 2048 / 128 = 512 tiles: more than the persistent configs'
+    programs (132 or 264), so their loop over tiles, the ring and the ping-pong turns carry over
+    from one tile to the next, and causal ones run their tiles in long-short pairs. 1920 gives 15
+    query blocks per head, an odd count that cannot pair up (the persistent configs alone)."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
 
-    # 2 · 16 · 2048 / 128 = 512 tiles: more than the persistent configs' programs (132 or 264), so
-    # their loop over tiles, the ring and the ping-pong turns carry over from one tile to the next
-    q, k, v, _ = _gpu_inputs(2, 16, 4, 2048, 2048, d, "bfloat16", "bhsd", d + causal)
-    if heads_in_l2:
-        monkeypatch.setattr(flash_hopper, "L2_BUDGET", heads_in_l2 * 2 * k[0, 0].nbytes)
+    q, k, v, _ = _gpu_inputs(2, 16, 4, seq, seq, d, "bfloat16", "bhsd", d + causal)
     scale = 1 / math.sqrt(d)
     ref = reference(q, k, v, causal, scale, dtype=torch.float32)
     naive = _naive_low_precision(q, k, v, causal, scale)
     for cfg in flash_hopper.CANDIDATES[d]:
-        if heads_in_l2 and not (causal and cfg["PERSISTENT"]):
+        if seq % 256 and not cfg["PERSISTENT"]:
             continue
         o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
         _fa_rule(f"o with {cfg}", o, naive[0], ref[0])
@@ -753,9 +751,8 @@ def desc(rows):
     return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
 rows = 128 // parts
 sig = dict(q_desc=desc(rows), k_desc=desc(128), v_desc=desc(128), o_desc=desc(rows), LSE="*fp32", H="i32", G="i32",
-           SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"}, qk_scale="fp32", num_tiles="i32",
-           GROUP="i32")
-consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, num_warps=warps)
+           SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"}, qk_scale="fp32", num_tiles="i32")
+consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, PAIRED=True, num_warps=warps)
 sig.update({name: "constexpr" for name in consts})
 kernel = triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
                         target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
@@ -804,17 +801,3 @@ def test_cpu_gluon_scope_by_dtype_size_and_layout():
     assert not flash_hopper.shapes_supported(q.float(), k.float(), k.float(), causal=False)
     assert not flash_hopper.shapes_supported(make(2, 8, 256, 32), make(2, 2, 256, 32), make(2, 2, 256, 32), False)
 
-
-def test_cpu_gluon_head_groups_fit_l2_and_divide_the_heads():
-    """Persistent causal programs order tiles by length within groups of heads whose K and V fit
-    the L2 budget (32 MB): the bench shapes' groups, and whole groups for awkward head counts."""
-    pytest.importorskip("triton.experimental.gluon")
-    from drill.kernels import flash_hopper
-
-    mb = 1 << 20
-    assert flash_hopper._head_group(16, 8 * mb) == 4  # 16k tokens, D = 128: 8 MB of K and V per head
-    assert flash_hopper._head_group(32, 4 * mb) == 8  # 16k, D = 64
-    assert flash_hopper._head_group(64, 2 * mb) == 16  # 4k, D = 128
-    assert flash_hopper._head_group(256, mb // 2) == 64  # 1k, D = 128
-    assert flash_hopper._head_group(12, 8 * mb) == 4 and flash_hopper._head_group(10, 8 * mb) == 2
-    assert flash_hopper._head_group(7, 8 * mb) == 1 and flash_hopper._head_group(3, 64 * mb) == 1
