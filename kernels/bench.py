@@ -525,6 +525,49 @@ def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None]
     return rows, "\n".join(lines)
 
 
+def bench_short(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[[str], None] = print
+                ) -> tuple[list[dict], str]:
+    """S = 1k, where one forward is ~0.2 ms of GPU work: each implementation's host cost per call
+    (the GPU left to run behind), its do_bench time eager (as the main table times it) and replayed
+    from a CUDA graph (the GPU alone). Eager well under graph means host time leaks into the
+    eager figure: do_bench flushes L2 before each call, so the GPU waits whenever a call's host
+    work outlasts the flush and the previous call."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention, flash_hopper
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    rows = []
+    lines = ["| D | mask | implementation | host µs per call | eager TFLOP/s | CUDA graph TFLOP/s | eager / graph |",
+             "|" + "---|" * 7]
+    for d in ds:
+        h = HEADS.get(d, 16)
+        b = max(1, tokens // s)
+        for causal in (False, True):
+            q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
+            scale = 1.0 / math.sqrt(d)
+            ours = lambda: flash_attention(q, k, v, causal=causal, sm_scale=scale)  # noqa: E731
+            with torch.no_grad():
+                ours()  # tunes: the plan's choice is known after this call
+                impls = {"ours (plan)": ours, "SDPA cuDNN": lambda: cudnn(q, k, v, causal, scale)}
+                key = next((key for key in fl._FWD_PLAN if key[:2] == (d, causal) and key[-1] == fl._bucket(s)), None)
+                cfg = fl._FWD_PLAN.get(key)
+                if cfg:
+                    impls["Gluon config alone"] = lambda: flash_hopper.forward(q, k, v, causal, scale, cfg)
+                fl_ = flops(b, h, s, d, causal, "fwd")
+                for name, fn in impls.items():
+                    fn()
+                    host, eager, graph = host_us(fn), _median_ms(fn), graph_ms(fn)
+                    rows.append({"d": d, "causal": causal, "impl": name, "host_us": host, "eager_tflops": fl_ / eager * 1e-9,
+                                 "graph_tflops": fl_ / graph * 1e-9, "cfg": cfg})
+                    lines.append(f"| {d} | {'causal' if causal else 'none'} | {name} | {host:.0f} | "
+                                 f"{fl_ / eager * 1e-9:.0f} | {fl_ / graph * 1e-9:.0f} | {graph / eager:.2f} |")
+                    log(lines[-1])
+    return rows, "\n".join(lines)
+
+
 def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
                 log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """The Gluon forward (kernels/flash_hopper.py) against the Triton forward alone (tuned) and SDPA
@@ -622,6 +665,19 @@ def gluon_layout_configs(log: Callable[[str], None] = print) -> tuple[list[dict]
     finally:
         fl.FORWARD = saved
     return rows, "\n".join(lines)
+
+
+def host_us(fn: Callable, calls: int = 200) -> float:
+    """Host microseconds per call, the GPU left to run behind: what a call costs the CPU."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
 
 
 def graph_ms(fn: Callable, rep: int = 100) -> float:

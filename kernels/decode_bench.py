@@ -30,24 +30,13 @@ def _median_ms(fn, rep=60) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median"))
 
 
-def _host_us(fn, calls=200) -> float:
-    """Host microseconds per call, the GPU left to run behind: what a call costs the CPU."""
-    import torch
-
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
-
-
 def launch_us() -> dict:
     """Host µs per launch of Triton kernels that do nothing, with 1 and with 24 arguments (as many
     as the split kernel's non-constexpr ones): the floor of any Triton call's host cost here."""
     import torch
     import triton
+
+    from drill.kernels.bench import host_us
 
     @triton.jit
     def one(X):
@@ -63,7 +52,7 @@ def launch_us() -> dict:
     for name, launch in (("1 argument", lambda: one[(1,)](x)),
                          ("24 arguments", lambda: many[(1,)](*[x] * 9, *ints))):
         launch()
-        out[name] = _host_us(launch, calls=2000)
+        out[name] = host_us(launch, calls=2000)
     return out
 
 
@@ -158,7 +147,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
     import torch
 
     from drill.kernels import decode
-    from drill.kernels.bench import graph_ms
+    from drill.kernels.bench import graph_ms, host_us
 
     impls = _implementations(no_flex)
     flex_spent = 0.0
@@ -189,7 +178,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
                 row[f"{name}_err"] = err
                 row[f"{name}_us"] = ms * 1e3
                 try:
-                    row[f"{name}_host_us"] = _host_us(lambda fn=fn, case=case: fn(case))
+                    row[f"{name}_host_us"] = host_us(lambda fn=fn, case=case: fn(case))
                     row[f"{name}_graph"] = kv_bytes / (graph_ms(lambda fn=fn, case=case: fn(case)) * 1e-3) / 1e12
                 except Exception as exc:  # noqa: BLE001 - a backend that cannot be captured in a graph
                     row[f"{name}_graph_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
