@@ -58,10 +58,12 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # SM (and the scheduler overlaps one's softmax with the other's matmuls) where their shared memory
 # also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
 # the producer loads the next tile's Q, K and V while the consumers finish the current one.
+# Programs with one tile write O through Q's buffer (OWN_O), which makes room for a third K/V
+# stage at D = 128 with 128 × 128 tiles (225 KB of the 227 KB a program may have).
 CANDIDATES = {
     64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
          _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
-    128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
+    128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
           _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
 TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
@@ -268,13 +270,17 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 @gluon.jit
 def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, num_warps: gl.constexpr):
+                CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
+                num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs."""
     n_m = SQ // BLOCK_M
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
-    o_smem = gl.allocate_shared_memory(dtype, [PARTS] + o_desc.block_type.shape, o_desc.layout)
+    if OWN_O:  # a program with several tiles: the next Q may land while this tile's O leaves
+        o_smem = gl.allocate_shared_memory(dtype, [PARTS] + o_desc.block_type.shape, o_desc.layout)
+    else:  # one tile: O goes out through Q's buffer once every S is done, and the space saved buys a stage
+        o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -385,5 +391,5 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
         *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn,
         STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
-        num_warps=cfg["num_warps"], **extra)
+        OWN_O=programs < num_tiles, num_warps=cfg["num_warps"], **extra)
     return o, lse

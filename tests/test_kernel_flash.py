@@ -752,7 +752,8 @@ def desc(rows):
 rows = 128 // parts
 sig = dict(q_desc=desc(rows), k_desc=desc(128), v_desc=desc(128), o_desc=desc(rows), LSE="*fp32", H="i32", G="i32",
            SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"}, qk_scale="fp32", num_tiles="i32")
-consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, PAIRED=True, num_warps=warps)
+consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, PAIRED=True, OWN_O=True,
+              num_warps=warps)
 sig.update({name: "constexpr" for name in consts})
 kernel = triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
                         target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
