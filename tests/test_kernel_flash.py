@@ -738,46 +738,80 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
 
 
 GLUON_COMPILE = """
-import sys
+import json, sys
 from triton import compile as triton_compile
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from drill.kernels import flash_hopper
 
-parts, warps, d = int(sys.argv[1]), int(sys.argv[2]), 128
-def desc(rows):
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
-    return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
-rows = 128 // parts
-sig = dict(q_desc=desc(rows), k_desc=desc(128), v_desc=desc(128), o_desc=desc(rows), LSE="*fp32", H="i32", G="i32",
-           SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"}, qk_scale="fp32", num_tiles="i32")
-consts = dict(D=d, BLOCK_M=128, BLOCK_N=128, STAGES=2, CAUSAL=True, PARTS=parts, PAIRED=True, OWN_O=True,
-              num_warps=warps)
-sig.update({name: "constexpr" for name in consts})
-kernel = triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
-                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
-sys.stdout.write(kernel.asm["ptx"])
+def build(d, cfg):
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
+        return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
+    rows = cfg["BLOCK_M"] // cfg["PARTS"]
+    sig = dict(q_desc=desc(rows), k_desc=desc(cfg["BLOCK_N"]), v_desc=desc(cfg["BLOCK_N"]), o_desc=desc(rows),
+               LSE="*fp32", H="i32", G="i32", SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"},
+               qk_scale="fp32", num_tiles="i32")
+    many = bool(cfg["PERSISTENT"])  # a persistent program runs several tiles: paired, own O buffer
+    consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=True,
+                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, num_warps=cfg["num_warps"])
+    sig.update({name: "constexpr" for name in consts})
+    options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] else {}))
+    return triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
+                          target=GPUTarget("cuda", 90, 32), options=options)
+
+if sys.argv[1] == "every":  # shared memory of every candidate
+    for d, cfgs in flash_hopper.CANDIDATES.items():
+        for cfg in cfgs:
+            print(json.dumps(dict(d=d, cfg=cfg, shared=build(d, cfg).metadata.shared)), flush=True)
+else:  # the PTX of one 128 x 128 tile at D = 128: partitions, consumer warps
+    parts, warps = int(sys.argv[1]), int(sys.argv[2])
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=warps, maxnreg=None, PARTS=parts, PERSISTENT=True)
+    sys.stdout.write(build(128, cfg).asm["ptx"])
 """
+HOPPER_SMEM_PER_BLOCK = 232448  # bytes of shared memory one block may have on sm_90 (227 KB)
+
+
+def _compile_gluon(tmp_path, *args):
+    """GLUON_COMPILE in a child process without TRITON_INTERPRET (Gluon's library would be
+    interpreted functions) and with an empty cache (a cached kernel would skip the front end)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
 @pytest.mark.parametrize("parts,warps", [(1, 8), (2, 4)], ids=["one-partition", "ping-pong"])
 def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
     """The installed Triton (the newest on CI; the device has 3.6) still compiles the Gluon
-    forward for sm_90 without a GPU: warp-specialised (register hand-off) with asynchronous wgmma.
-    In a child process without TRITON_INTERPRET (Gluon's library would be interpreted functions)
-    and with an empty cache (a cached kernel would skip the front end this test is about)."""
-    import subprocess
-    import sys
-
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, str(parts), str(warps)], capture_output=True,
-                          text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptx = proc.stdout
+    forward for sm_90 without a GPU: warp-specialised (register hand-off) with asynchronous wgmma."""
+    ptx = _compile_gluon(tmp_path, str(parts), str(warps))
     assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx
     assert "wgmma.wait_group.sync.aligned 1" in ptx  # S_j waited for while P_{j-1} V_{j-1} runs
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
+def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(tmp_path):
+    """Each candidate as the plan launches it fits one block's shared memory on sm_90; the 3-stage
+    D = 128 config does only because a one-tile program writes O through Q's buffer, so the same
+    config with its own O buffer (a persistent program) must not fit."""
+    import json
+
+    pytest.importorskip("triton.experimental.gluon")
+    from drill.kernels import flash_hopper
+
+    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "every").splitlines()]
+    assert len(seen) == sum(len(c) for c in flash_hopper.CANDIDATES.values())
+    for row in seen:
+        assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK, row
+    three_stage = next(r for r in seen if r["d"] == 128 and r["cfg"]["STAGES"] == 3 and r["cfg"]["BLOCK_N"] == 128)
+    assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
 
 
 def test_cpu_gluon_scope_by_dtype_size_and_layout():
