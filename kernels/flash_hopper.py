@@ -59,7 +59,7 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
 # the producer loads the next tile's Q, K and V while the consumers finish the current one.
 # Programs with one tile write O through Q's buffer (OWN_O), which makes room for a third K/V
-# stage at D = 128 with 128 × 128 tiles (225 KB of the 227 KB a program may have).
+# stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
 CANDIDATES = {
     64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
          _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
