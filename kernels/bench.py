@@ -740,23 +740,25 @@ def probe_backward_plan(plan: str, timeout: float = 420.0) -> str | None:
     return _PROBED[plan]
 
 
-def bwd_variant_configs(d: int) -> dict[str, tuple[str, dict | None]]:
-    """Backward variants timed side by side (kernels/NOTES.md, v7): (plan, pinned one-pass config
-    or None for the tuner's pick)."""
-    from drill.kernels import flash as fl
+def bwd_variant_configs(d: int, plans=("split", "hopper")) -> dict[str, tuple[str, dict]]:
+    """Backward variants timed side by side (kernels/NOTES.md, v7, b1): (plan, configs pinned in
+    flash.FORCED_CONFIGS; empty for the tuner's pick), for the plans asked for."""
+    from drill.kernels import flash_hopper_bwd
 
-    out = {"split (tuned)": ("split", None), "onepass (tuned)": ("onepass", None)}
-    for cfg in fl._candidates("bwd_onepass", d):
-        out[f"onepass {cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"] = ("onepass", cfg)
-    out["atomic (not deterministic)"] = ("atomic", None)
-    return out
+    out = {"split (tuned)": ("split", {}), "onepass (tuned)": ("onepass", {})}
+    for cfg in flash_hopper_bwd.CANDIDATES.get(d, []):
+        name = f"split, Gluon dK/dV {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} p{cfg['PARTS']}"
+        out[name] = ("hopper", {"bwd_kv_gluon": cfg})
+    out["atomic (not deterministic)"] = ("atomic", {})
+    return {name: v for name, v in out.items() if v[0] in plans}
 
 
 def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
-                       log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+                       plans=("split", "hopper"), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """Backward plans pinned side by side against cuDNN in one run: the two-pass split (7 matmuls per
-    score tile), the one-pass backward with dQ added in a fixed order (5, deterministic), each of its
-    candidate tiles, and atomic dQ (5, not deterministic). Also the largest |dq - dq of split|."""
+    score tile), the same with the dK/dV pass in Gluon (each of its configs), and on request the
+    one-pass backward with dQ added in a fixed order (5, deterministic) and atomic dQ (5, not
+    deterministic; v7 timed both). Also the largest |dq - dq of split|."""
     import torch
     from torch.nn.attention import SDPBackend
 
@@ -765,7 +767,7 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
     ours = lambda q_, k_, v_, c, sc: flash_attention(q_, k_, v_, causal=c, sm_scale=sc)  # noqa: E731
-    broken = {plan: probe_backward_plan(plan) for plan in ("onepass", "atomic")}
+    broken = {plan: probe_backward_plan(plan) for plan in ("onepass", "atomic") if plan in plans}
     for plan, why in broken.items():
         if why:
             log(f"bwd variants: {plan} left out: {why}")
@@ -784,15 +786,14 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
                 base_tf = fl_ / _time_impl(cudnn, q, k, v, causal, scale, "bwd", None)[0] * 1e-9
                 do = torch.randn_like(q)
                 dq_split = None
-                for name, (plan, cfg) in bwd_variant_configs(d).items():
+                for name, (plan, pinned) in bwd_variant_configs(d, plans).items():
                     mask = "causal" if causal else "none"
                     if broken.get(plan):
                         lines.append(f"| {d} | {s // 1024}k | {mask} | {name} | left out: probe failed ||||")
                         continue
                     fl.BACKWARD = plan
                     fl.FORCED_CONFIGS.clear()
-                    if cfg is not None:
-                        fl.FORCED_CONFIGS["bwd_onepass"] = cfg
+                    fl.FORCED_CONFIGS.update(pinned)
                     try:
                         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
                         dq = torch.autograd.grad(ours(qg, kg, vg, causal, scale), qg, do)[0].float()
@@ -801,7 +802,7 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
                         err = float((dq - dq_split).abs().max()) if dq_split is not None else float("nan")
                         ms, _ = _time_impl(ours, q, k, v, causal, scale, "bwd", None)
                         tf = fl_ / ms * 1e-9
-                        rows.append({"d": d, "s": s, "causal": causal, "variant": name, "plan": plan, "cfg": cfg,
+                        rows.append({"d": d, "s": s, "causal": causal, "variant": name, "plan": plan, "cfg": pinned,
                                      "tflops": tf, "cudnn": base_tf, "dq_vs_split": err})
                         lines.append(f"| {d} | {s // 1024}k | {mask} | {name} | {tf:.0f} | {base_tf:.0f} | "
                                      f"{tf / base_tf:.2f} | {err:.2e} |")

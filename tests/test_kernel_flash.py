@@ -737,6 +737,39 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
         _fa_rule(name, ours[i], naive[i], ref[i])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
+    """The "hopper" backward plan (dK, dV from kernels/flash_hopper_bwd.py) with each of its configs:
+    MHA in [B, H, S, D] and GQA 8/2 as [B, S, H, D] views, under FlashAttention's error rule and
+    bitwise equal over two runs (no atomics: the sums run in a fixed order)."""
+    if not _hopper():
+        pytest.skip("the Gluon backward is written for Hopper (sm_90)")
+    from drill.kernels import flash_hopper_bwd
+
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    monkeypatch.setattr(flash_mod, "BACKWARD", "hopper")
+    calls = []
+    real = flash_hopper_bwd.backward_kv
+    monkeypatch.setattr(flash_hopper_bwd, "backward_kv", lambda *a, **kw: calls.append(a[-1]) or real(*a, **kw))
+    scale = 1 / math.sqrt(d)
+    for hkv, layout in ((8, "bhsd"), (2, "bshd")):
+        q, k, v, do = _gpu_inputs(2, 8, hkv, 1024, 1024, d, "bfloat16", layout, d + hkv + causal)
+        ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
+        naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
+        for cfg in flash_hopper_bwd.CANDIDATES[d]:
+            monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", {"bwd_kv_gluon": cfg})
+            run = lambda: _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True),  # noqa: E731
+                                 q, k, v, do)
+            calls.clear()
+            first, again = run(), run()
+            assert calls == [cfg, cfg], "the Gluon dK/dV kernel did not run"
+            for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
+                _fa_rule(f"{name} with {cfg}, {layout}, hkv {hkv}", first[i], naive[i], ref[i])
+                assert torch.equal(first[i], again[i]), f"{name} with {cfg} differs between two runs"
+
+
 GLUON_COMPILE = """
 import json, sys
 from triton import compile as triton_compile

@@ -1,0 +1,232 @@
+"""FlashAttention backward, dK and dV, for Hopper in Gluon: a TMA producer warp, asynchronous wgmma.
+
+kernels/NOTES.md (v7, "where #16 stands") found that the backward's 7-matmul split already runs
+the tensor cores at about cuDNN's forward rate in plain Triton, and that the dK/dV pass is where
+cuDNN's lead is largest. This kernel is that pass written the way flash_hopper.py writes the
+forward (FlashAttention-3, Shah et al. 2024, §3.1 and its backward, Appendix B):
+
+- A program owns BLOCK_N keys of one key/value head: K and V stay in shared memory, dK and dV
+  accumulate in registers, split between PARTS consumer warpgroups of BLOCK_N / PARTS key rows.
+- One producer warp streams each query block's Q and dO through a ring of STAGES slots, for
+  every query head of the group in turn (GQA: dK, dV summed over the group in a fixed order).
+- Per query block, each consumer issues Sᵀ = K Qᵀ and dPᵀ = V dOᵀ together, computes Pᵀ while
+  dPᵀ is still on the tensor cores, issues dV += Pᵀ dO, computes dSᵀ = Pᵀ ∘ (dPᵀ − Δ) while dV
+  runs, and issues dK += dSᵀ Q; two warpgroups interleave so one's elementwise work lines up
+  with the other's matmuls.
+
+dQ stays with flash.py's dQ kernel (its three matmuls per tile), so the backward remains
+deterministic: no atomics anywhere. Scope as flash_hopper's forward (bf16/fp16, D = 64 or 128,
+sequence lengths multiples of 128, causal only with Sq = Sk); `applicable` says when. The
+log-sum-exp and Δ come from flash.py's preparation kernel (base-2 LSE), in [B·H, Sq].
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from .flash_hopper import LOG2E, TILE, _descriptor, _origin, _tma_load, _tma_store
+
+
+def _cfg(block_m, block_n, stages, parts=2):
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=parts)
+
+
+# Per head dim, best first: BLOCK_M query rows streamed per step, BLOCK_N keys per program, split
+# between PARTS warpgroups of 4 warps (BLOCK_N / PARTS = 64 rows each, wgmma's M).
+CANDIDATES = {
+    64: [_cfg(64, 128, 3), _cfg(128, 128, 2), _cfg(64, 128, 4)],
+    128: [_cfg(64, 128, 2), _cfg(64, 128, 3)],
+}
+
+
+@gluon.jit
+def _query_blocks(start_n, n_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """The query blocks that see keys [start_n, start_n + BLOCK_N): first, and first unmasked."""
+    if CAUSAL:  # Sq = Sk: query row r sees key c when c <= r
+        return start_n // BLOCK_M, gl.minimum((start_n + BLOCK_N) // BLOCK_M, n_m)
+    else:
+        return 0, 0
+
+
+@gluon.jit
+def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+              b, hk, start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
+              CAUSAL: gl.constexpr):
+    """One warp: this program's K and V once, then every (query head of the group, query block)
+    Q and dO into slot it % STAGES, in the order the consumers take them."""
+    BNP: gl.constexpr = BLOCK_N // PARTS
+    kv_row, kv_col = _origin(b, hk, skb, skh, sks)
+    mbarrier.expect(kv_bar, 2 * PARTS * k_desc.block_type.nbytes)
+    for part in gl.static_range(PARTS):
+        _tma_load(k_desc, [kv_row + start_n + part * BNP, kv_col], kv_bar, k_smem.index(part))
+        _tma_load(v_desc, [kv_row + start_n + part * BNP, kv_col], kv_bar, v_smem.index(part))
+    first, _ = _query_blocks(start_n, n_m, BLOCK_M, BLOCK_N, CAUSAL)
+    it = 0
+    for g in range(G):
+        h = hk * G + g
+        q_row, q_col = _origin(b, h, sqb, sqh, sqs)
+        do_row, do_col = _origin(b, h, sdob, sdoh, sdos)
+        for i in range(first, n_m):
+            slot = it % STAGES
+            mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)  # fresh barriers pass once
+            mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            _tma_load(q_desc, [q_row + i * BLOCK_M, q_col], ready.index(slot), q_smem.index(slot))
+            _tma_load(do_desc, [do_row + i * BLOCK_M, do_col], ready.index(slot), do_smem.index(slot))
+            it += 1
+
+
+@gluon.jit
+def _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero,
+          qk_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
+          BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    """Query block i (ring position it) against this partition's keys: four matmuls, two of them
+    overlapped with the elementwise work."""
+    slot = it % STAGES
+    mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
+    q_tile = q_smem.index(slot)
+    do_tile = do_smem.index(slot)
+    st_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    qrows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    lse = gl.load(lse_ptr + qrows)  # base 2
+    delta = gl.load(delta_ptr + qrows)
+    st = warpgroup_mma_wait(1, deps=[st_tok])  # Sᵀ done; dPᵀ may still run
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+    if MASK:
+        pt = gl.where(gl.expand_dims(kcols, 1) <= gl.expand_dims(qrows, 0), pt, 0.0)
+    pt_op = gl.convert_layout(pt.to(q_tile.dtype), op_layout)
+    dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+    dpt = warpgroup_mma_wait(1, deps=[dpt_tok])  # dPᵀ done; dV may still run
+    dst = pt * (dpt - gl.expand_dims(delta, 0))
+    dst_op = gl.convert_layout(dst.to(q_tile.dtype), op_layout)
+    dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+    dk, dv, _, _ = warpgroup_mma_wait(0, deps=[dk_tok, dv_tok, pt_op, dst_op])
+    mbarrier.arrive(empty.index(slot), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA,
+              b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale,
+              PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: keys [PART·BNP, (PART+1)·BNP) of the program's block; dK, dV of those rows."""
+    BNP: gl.constexpr = BLOCK_N // PARTS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, D, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_layout, k_width=2)
+    k_tile = k_smem.index(PART)
+    v_tile = v_smem.index(PART)
+    s_zero = gl.zeros([BNP, BLOCK_M], gl.float32, s_layout)
+    dk = gl.zeros([BNP, D], gl.float32, a_layout)
+    dv = gl.zeros([BNP, D], gl.float32, a_layout)
+    kcols = start_n + PART * BNP + gl.arange(0, BNP, layout=gl.SliceLayout(1, s_layout))
+    first, unmasked = _query_blocks(start_n, n_m, BLOCK_M, BLOCK_N, CAUSAL)
+    mbarrier.wait(kv_bar, 0)
+    it = 0
+    for g in range(G):  # the query heads of the group, one after the other: a fixed summation order
+        h = hk * G + g
+        lse_ptr = LSE2 + (b * H + h) * SQ
+        delta_ptr = DELTA + (b * H + h) * SQ
+        for i in range(first, unmasked):  # causal: the blocks on the diagonal
+            dk, dv = _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
+                           s_zero, qk_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
+            it += 1
+        for i in range(gl.maximum(first, unmasked), n_m):
+            dk, dv = _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
+                           s_zero, qk_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
+            it += 1
+    # every matmul reading K and V is done: dK and dV leave through their buffers
+    dtype: gl.constexpr = k_smem.dtype
+    k_tile.store((dk * sm_scale).to(dtype))
+    v_tile.store(dv.to(dtype))
+    fence_async_shared()
+    row, col = _origin(b, hk, sdkb, sdkh, sdks)  # dk and dv are laid out alike
+    _tma_store(dk_desc, [row + start_n + PART * BNP, col], k_tile)
+    _tma_store(dv_desc, [row + start_n + PART * BNP, col], v_tile)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, H, HKV, SQ, SK,
+                   sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, sdkb, sdkh, sdks, qk_scale, sm_scale,
+                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                   PARTS: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """Program (key block, batch·key/value head), key block fastest: the programs running at once
+    read the same head's Q and dO from L2."""
+    n_kb = SK // BLOCK_N
+    pid = gl.program_id(0)
+    start_n = pid % n_kb * BLOCK_N
+    b = pid // n_kb // HKV
+    hk = pid // n_kb % HKV
+    G = H // HKV
+    n_m = SQ // BLOCK_M
+    dtype: gl.constexpr = q_desc.dtype
+    BNP: gl.constexpr = BLOCK_N // PARTS
+    k_smem = gl.allocate_shared_memory(dtype, [PARTS, BNP, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [PARTS, BNP, D], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, D], do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=PARTS)  # every consumer releases each slot
+    if PARTS == 2:
+        gl.warp_specialize([
+            (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
+                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL)),
+            (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
+                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 1, 2, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL)),
+            (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
+                         start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
+                         PARTS, CAUSAL)),
+        ], [4, 1], [232, 24])
+    else:
+        gl.warp_specialize([
+            (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
+                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 1, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL)),
+            (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
+                         start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
+                         PARTS, CAUSAL)),
+        ], [1], [24])
+
+
+# --------------------------------------------------------------------------- host
+
+
+def applicable(q, k, v, do, causal: bool) -> bool:
+    """Whether this kernel covers the call: flash_hopper's forward scope, and dO laid out so a
+    descriptor can read it (contiguous, or a [B, S, H, D] view)."""
+    from . import flash_hopper
+
+    if not flash_hopper.applicable(q, k, v, causal):
+        return False
+    if do.shape != q.shape or do.dtype != q.dtype or not (do.is_contiguous() or do.transpose(1, 2).is_contiguous()):
+        return False
+    return do.data_ptr() % 16 == 0 and do.untyped_storage().nbytes() < 2**31
+
+
+def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float, cfg: dict | None = None):
+    """dk and dv (written in place, laid out as k and v) from flash.py's base-2 LSE and Δ."""
+    B, H, SQ, D = q.shape
+    HKV, SK = k.shape[1], k.shape[2]
+    cfg = cfg or CANDIDATES[D][0]
+    bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
+    assert SQ % TILE == 0 and SK % TILE == 0 and dk.stride() == dv.stride()
+    _bwd_kv_kernel[(SK // bn * B * HKV,)](
+        _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts), _descriptor(v, bn // parts),
+        _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV, SQ, SK,
+        *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
+        D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)
