@@ -819,6 +819,61 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
     md = "\n".join(lines) + "\n\nConfigs the tuner chose:\n\n" + "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
     return rows, md
 
+def bench_bwd_kernels(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
+                      plans=("split", "hopper"), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Where a backward's time goes: GPU µs per kernel (torch.profiler, the median of 5 calls after a
+    warm-up) for each plan, next to cuDNN's whole backward."""
+    import statistics
+
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    rows = []
+    lines = ["| D | S | mask | plan | kernel | µs | share | TFLOP/s of the whole backward | cuDNN TFLOP/s |",
+             "|" + "---|" * 9]
+    saved = fl.BACKWARD
+    for case in bench_cases(ds, seqs, tokens, causals):
+        d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
+        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
+        scale = 1.0 / math.sqrt(d)
+        fl_ = flops(b, h, s, d, causal, "bwd")
+        base_tf = fl_ / _time_impl(cudnn, q, k, v, causal, scale, "bwd", None)[0] * 1e-9
+        do = torch.randn_like(q)
+        for plan in plans:
+            fl.BACKWARD = plan
+            try:
+                qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+                o = flash_attention(qg, kg, vg, causal=causal, sm_scale=scale)
+                torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)  # tunes outside the profile
+                per_kernel: dict[str, list[float]] = {}
+                for _ in range(5):
+                    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                        torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)
+                        torch.cuda.synchronize()
+                    seen: dict[str, float] = {}
+                    for ev in prof.events():
+                        if ev.device_type == torch.autograd.DeviceType.CUDA:
+                            seen[ev.name] = seen.get(ev.name, 0.0) + ev.device_time
+                    for name, us in seen.items():
+                        per_kernel.setdefault(name, []).append(us)
+                med = {name: statistics.median(v) for name, v in per_kernel.items()}
+                total = sum(med.values())
+                for name, us in sorted(med.items(), key=lambda x: -x[1]):
+                    rows.append({"d": d, "s": s, "causal": causal, "plan": plan, "kernel": name, "us": us})
+                    lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {plan} | {name[:60]} | "
+                                 f"{us:.0f} | {us / total:.0%} | {fl_ / total * 1e-6:.0f} | {base_tf:.0f} |")
+                    log(lines[-1])
+            finally:
+                fl.BACKWARD = saved
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    return rows, "\n".join(lines)
+
+
 def variant_jobs(ds=(64, 128)) -> list[tuple]:
     """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
     return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()

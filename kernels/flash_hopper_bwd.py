@@ -37,8 +37,8 @@ def _cfg(block_m, block_n, stages, parts=2):
 # Per head dim, best first: BLOCK_M query rows streamed per step, BLOCK_N keys per program, split
 # between PARTS warpgroups of 4 warps (BLOCK_N / PARTS = 64 rows each, wgmma's M).
 CANDIDATES = {
-    64: [_cfg(64, 128, 3), _cfg(128, 128, 2), _cfg(64, 128, 4)],
-    128: [_cfg(64, 128, 2), _cfg(64, 128, 3)],
+    64: [_cfg(64, 128, 3), _cfg(64, 128, 4), _cfg(32, 128, 4)],
+    128: [_cfg(64, 128, 2), _cfg(64, 128, 3), _cfg(32, 128, 3), _cfg(32, 128, 4)],
 }
 
 
@@ -80,8 +80,16 @@ def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 
 
 @gluon.jit
+def _fresh(x):
+    """x with a register of its own for every element. A tile broadcast from a vector repeats values
+    within a thread; as a wgmma accumulator the repeats became register copies issued between two
+    matmuls, and ptxas then waited for the first before issuing the second."""
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero,
-          qk_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
+          qk_scale, inv_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
           BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
     """Query block i (ring position it) against this partition's keys: four matmuls, two of them
     overlapped with the elementwise work."""
@@ -89,19 +97,20 @@ def _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr,
     mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
     q_tile = q_smem.index(slot)
     do_tile = do_smem.index(slot)
-    st_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    dpt_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    # The accumulators start at -LSE / scale and -Δ, so the matmuls subtract them: no LSE or Δ
+    # registers stay live across the waits (at D = 128 they made the consumers spill).
     qrows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse = gl.load(lse_ptr + qrows)  # base 2
-    delta = gl.load(delta_ptr + qrows)
-    st = warpgroup_mma_wait(1, deps=[st_tok])  # Sᵀ done; dPᵀ may still run
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+    st_init = _fresh(s_zero - gl.expand_dims(gl.load(lse_ptr + qrows) * inv_scale, 0))  # lse is base 2
+    dpt_init = _fresh(s_zero - gl.expand_dims(gl.load(delta_ptr + qrows), 0))
+    st_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_init, is_async=True)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dpt_init, is_async=True)
+    st = warpgroup_mma_wait(1, deps=[st_tok])  # Sᵀ - LSE / scale done; dPᵀ - Δ may still run
+    pt = gl.exp2(st * qk_scale)
     if MASK:
         pt = gl.where(gl.expand_dims(kcols, 1) <= gl.expand_dims(qrows, 0), pt, 0.0)
     pt_op = gl.convert_layout(pt.to(q_tile.dtype), op_layout)
     dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
-    dpt = warpgroup_mma_wait(1, deps=[dpt_tok])  # dPᵀ done; dV may still run
-    dst = pt * (dpt - gl.expand_dims(delta, 0))
+    dst = pt * warpgroup_mma_wait(1, deps=[dpt_tok])  # dPᵀ - Δ done; dV may still run
     dst_op = gl.convert_layout(dst.to(q_tile.dtype), op_layout)
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
     dk, dv, _, _ = warpgroup_mma_wait(0, deps=[dk_tok, dv_tok, pt_op, dst_op])
@@ -128,6 +137,7 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv
     dv = gl.zeros([BNP, D], gl.float32, a_layout)
     kcols = start_n + PART * BNP + gl.arange(0, BNP, layout=gl.SliceLayout(1, s_layout))
     first, unmasked = _query_blocks(start_n, n_m, BLOCK_M, BLOCK_N, CAUSAL)
+    inv_scale = 1.0 / qk_scale
     mbarrier.wait(kv_bar, 0)
     it = 0
     for g in range(G):  # the query heads of the group, one after the other: a fixed summation order
@@ -136,11 +146,11 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv
         delta_ptr = DELTA + (b * H + h) * SQ
         for i in range(first, unmasked):  # causal: the blocks on the diagonal
             dk, dv = _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
-                           s_zero, qk_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
+                           s_zero, qk_scale, inv_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
             it += 1
         for i in range(gl.maximum(first, unmasked), n_m):
             dk, dv = _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
-                           s_zero, qk_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
+                           s_zero, qk_scale, inv_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
             it += 1
     # every matmul reading K and V is done: dK and dV leave through their buffers
     dtype: gl.constexpr = k_smem.dtype
@@ -191,7 +201,7 @@ def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELT
             (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
                          start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
                          PARTS, CAUSAL)),
-        ], [4, 1], [232, 24])
+        ], [4, 1], [240, 24])
     else:
         gl.warp_specialize([
             (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
