@@ -746,9 +746,10 @@ def bwd_variant_configs(d: int, plans=("split", "hopper")) -> dict[str, tuple[st
     from drill.kernels import flash_hopper_bwd
 
     out = {"split (tuned)": ("split", {}), "onepass (tuned)": ("onepass", {})}
-    for cfg in flash_hopper_bwd.CANDIDATES.get(d, []):
-        name = f"split, Gluon dK/dV {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} p{cfg['PARTS']}"
-        out[name] = ("hopper", {"bwd_kv_gluon": cfg})
+    for kind, cands in (("kv", flash_hopper_bwd.CANDIDATES), ("q", flash_hopper_bwd.Q_CANDIDATES)):
+        for cfg in cands.get(d, []):  # the other pass with its first config
+            name = f"Gluon, {'dK/dV' if kind == 'kv' else 'dQ'} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}"
+            out[name] = ("hopper", {f"bwd_{kind}_gluon": cfg})
     out["atomic (not deterministic)"] = ("atomic", {})
     return {name: v for name, v in out.items() if v[0] in plans}
 
@@ -756,7 +757,7 @@ def bwd_variant_configs(d: int, plans=("split", "hopper")) -> dict[str, tuple[st
 def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
                        plans=("split", "hopper"), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """Backward plans pinned side by side against cuDNN in one run: the two-pass split (7 matmuls per
-    score tile), the same with the dK/dV pass in Gluon (each of its configs), and on request the
+    score tile), the same two passes in Gluon (each config of each pass), and on request the
     one-pass backward with dQ added in a fixed order (5, deterministic) and atomic dQ (5, not
     deterministic; v7 timed both). Also the largest |dq - dq of split|."""
     import torch

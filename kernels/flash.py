@@ -618,7 +618,7 @@ def _candidates(kind: str, d: int) -> list[dict]:
 
 
 # Backward plan (kernels/NOTES.md, v7, b1): "split" (dK/dV pass, then dQ pass; 7 matmuls per score
-# tile), "hopper" (split, with the dK/dV pass in Gluon where flash_hopper_bwd covers the call), "onepass" (one pass, 5 matmuls, dQ added in key-block order: deterministic) or "atomic"
+# tile), "hopper" (split, both passes in Gluon where flash_hopper_bwd covers the call), "onepass" (one pass, 5 matmuls, dQ added in key-block order: deterministic) or "atomic"
 # (one pass, dQ by atomic adds: NOT deterministic). Measured on an H200, both one-pass plans
 # are slower than split at every size (0.11-0.54x and 0.72-0.84x), so they stay for comparison.
 BACKWARD = os.environ.get("DRILL_FLASH_BWD", "split")
@@ -870,18 +870,20 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
     kv_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "N"), (5, "N")])
     kv_grid = lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * HKV)  # noqa: E731  (key block fastest: see _bwd_kv_kernel)
 
-    def split(gluon_kv: bool = False):
-        if gluon_kv and q.is_cuda and not _interpreting():
+    def split(gluon: bool = False):
+        if gluon and q.is_cuda and not _interpreting():
             from . import flash_hopper_bwd  # Gluon: imported only where it may run
 
-            gluon_kv = flash_hopper_bwd.applicable(q, k, v, do, causal)
-        if gluon_kv:
+            gluon = flash_hopper_bwd.applicable(q, k, v, do, causal)
+        if gluon:  # both passes in Gluon (flash_hopper_bwd); the same two passes, the same sums
             flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale,
                                          FORCED_CONFIGS.get("bwd_kv_gluon"))
-        else:
-            kv_args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
-                       H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
-            _launch("bwd_kv", _bwd_kv_kernel, kv_grid, kv_args, {**const, "DQ_MODE": 0}, key, kv_tiles)
+            flash_hopper_bwd.backward_q(q, k, v, do, dq, lse2, delta, causal, sm_scale,
+                                        FORCED_CONFIGS.get("bwd_q_gluon"))
+            return
+        kv_args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
+                   H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
+        _launch("bwd_kv", _bwd_kv_kernel, kv_grid, kv_args, {**const, "DQ_MODE": 0}, key, kv_tiles)
         q_args = (q, k, v, do, dq, lse2, delta, *strides, *dq.stride()[:3],
                   H, H // HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
         q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
@@ -900,7 +902,7 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
         _bwd_dq_convert_kernel[(triton.cdiv(SQ, block), B * H)](dq_acc, dq, *dq.stride()[:3], H, SQ, SK, sm_scale,
                                                                  D=D, BLOCK_M=block, CAUSAL=causal)
 
-    plans = {"split": split, "hopper": lambda: split(gluon_kv=True), "onepass": lambda: one_pass(False),
+    plans = {"split": split, "hopper": lambda: split(gluon=True), "onepass": lambda: one_pass(False),
              "atomic": lambda: one_pass(True)}
     if BACKWARD not in plans:
         raise ValueError(f"flash.BACKWARD = {BACKWARD!r}: expected one of {', '.join(plans)}")

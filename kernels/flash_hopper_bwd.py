@@ -1,23 +1,27 @@
-"""FlashAttention backward, dK and dV, for Hopper in Gluon: a TMA producer warp, asynchronous wgmma.
+"""FlashAttention backward for Hopper in Gluon: TMA producer warps and asynchronous wgmma.
 
-kernels/NOTES.md (v7, "where #16 stands") found that the backward's 7-matmul split already runs
-the tensor cores at about cuDNN's forward rate in plain Triton, and that the dK/dV pass is where
-cuDNN's lead is largest. This kernel is that pass written the way flash_hopper.py writes the
-forward (FlashAttention-3, Shah et al. 2024, §3.1 and its backward, Appendix B):
+kernels/NOTES.md (v7, "where #16 stands", b1-b3) found that the backward's 7-matmul split already
+runs the tensor cores near their rate in plain Triton, and that a deterministic 5-matmul pass
+loses more to its ordered dQ hand-off than it saves. These kernels keep the split's two passes
+and write each the way flash_hopper.py writes the forward (FlashAttention-3, Shah et al. 2024:
+warp specialisation and asynchronous wgmma):
 
-- A program owns BLOCK_N keys of one key/value head: K and V stay in shared memory, dK and dV
-  accumulate in registers, split between PARTS consumer warpgroups of BLOCK_N / PARTS key rows.
-- One producer warp streams each query block's Q and dO through a ring of STAGES slots, for
+- dK, dV (_bwd_kv_kernel). A program owns BLOCK_N keys of one key/value head: K and V stay in
+  shared memory, dK and dV accumulate in the registers of PARTS consumer warpgroups of 64 key
+  rows. A producer warp streams each query block's Q and dO through a ring of STAGES slots, for
   every query head of the group in turn (GQA: dK, dV summed over the group in a fixed order).
-- Per query block, each consumer issues Sᵀ = K Qᵀ and dPᵀ = V dOᵀ together, computes Pᵀ while
-  dPᵀ is still on the tensor cores, issues dV += Pᵀ dO, computes dSᵀ = Pᵀ ∘ (dPᵀ − Δ) while dV
-  runs, and issues dK += dSᵀ Q; two warpgroups interleave so one's elementwise work lines up
-  with the other's matmuls.
+  Per query block a consumer issues Sᵀ = K Qᵀ and dPᵀ = V dOᵀ together, computes Pᵀ while dPᵀ
+  is on the tensor cores, issues dV += Pᵀ dO, computes dSᵀ = Pᵀ ∘ (dPᵀ − Δ) while dV runs, and
+  issues dK += dSᵀ Q.
+- dQ (_bwd_q_kernel). A program owns BLOCK_M query rows (Q, dO in shared memory, dQ in registers
+  of PARTS warpgroups of 64 rows); the producer streams K_j, V_j; per key block a consumer issues
+  S = Q Kᵀ and dP = dO Vᵀ together, computes P while dP runs, then dQ += dS K_j.
 
-dQ stays with flash.py's dQ kernel (its three matmuls per tile), so the backward remains
-deterministic: no atomics anywhere. Scope as flash_hopper's forward (bf16/fp16, D = 64 or 128,
-sequence lengths multiples of 128, causal only with Sq = Sk); `applicable` says when. The
-log-sum-exp and Δ come from flash.py's preparation kernel (base-2 LSE), in [B·H, Sq].
+Two consumer warpgroups interleave, so one's elementwise work lines up with the other's matmuls.
+No atomics: every sum runs in a fixed order, so the gradients are bitwise reproducible. Scope as
+flash_hopper's forward (bf16/fp16, D = 64 or 128, sequence lengths multiples of 128, causal only
+with Sq = Sk) and dO readable by a descriptor; `applicable` says when. The log-sum-exp (base 2)
+and Δ come from flash.py's preparation kernel, in [B·H, Sq].
 """
 
 from __future__ import annotations
@@ -30,16 +34,24 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .flash_hopper import LOG2E, TILE, _descriptor, _origin, _tma_load, _tma_store
 
 
-def _cfg(block_m, block_n, stages, parts=2):
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=parts)
+def _cfg(block_m, block_n, stages):
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=2)  # two consumer warpgroups
 
 
-# Per head dim, best first: BLOCK_M query rows streamed per step, BLOCK_N keys per program, split
-# between PARTS warpgroups of 4 warps (BLOCK_N / PARTS = 64 rows each, wgmma's M).
+# Per head dim, best first. dK/dV: BLOCK_M query rows streamed per step against BLOCK_N keys per
+# program, 64 key rows per warpgroup (wgmma's M; 32-row query blocks lost 10-15 %, NOTES b2).
 CANDIDATES = {
-    64: [_cfg(64, 128, 3), _cfg(64, 128, 4), _cfg(32, 128, 4)],
-    128: [_cfg(64, 128, 2), _cfg(64, 128, 3), _cfg(32, 128, 3), _cfg(32, 128, 4)],
+    64: [_cfg(64, 128, 3), _cfg(64, 128, 4)],
+    128: [_cfg(64, 128, 2), _cfg(64, 128, 3)],
 }
+# dQ: BLOCK_M query rows per program in PARTS warpgroups of 64, BLOCK_N keys streamed per step
+Q_CANDIDATES = {
+    64: [_cfg(128, 128, 3), _cfg(128, 64, 4)],
+    128: [_cfg(128, 64, 3), _cfg(128, 128, 2), _cfg(128, 64, 4)],
+}
+
+
+# --------------------------------------------------------------------------- dK, dV
 
 
 @gluon.jit
@@ -52,7 +64,7 @@ def _query_blocks(start_n, n_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CA
 
 
 @gluon.jit
-def _producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
               b, hk, start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
               CAUSAL: gl.constexpr):
@@ -88,7 +100,7 @@ def _fresh(x):
 
 
 @gluon.jit
-def _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero,
+def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero,
           qk_scale, inv_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
           BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
     """Query block i (ring position it) against this partition's keys: four matmuls, two of them
@@ -119,7 +131,7 @@ def _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr,
 
 
 @gluon.jit
-def _consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA,
+def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA,
               b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
@@ -145,11 +157,11 @@ def _consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv
         lse_ptr = LSE2 + (b * H + h) * SQ
         delta_ptr = DELTA + (b * H + h) * SQ
         for i in range(first, unmasked):  # causal: the blocks on the diagonal
-            dk, dv = _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
+            dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
                            s_zero, qk_scale, inv_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
             it += 1
         for i in range(gl.maximum(first, unmasked), n_m):
-            dk, dv = _step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
+            dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
                            s_zero, qk_scale, inv_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
             it += 1
     # every matmul reading K and V is done: dK and dV leave through their buffers
@@ -190,27 +202,143 @@ def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELT
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=PARTS)  # every consumer releases each slot
-    if PARTS == 2:
-        gl.warp_specialize([
-            (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
-                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL)),
-            (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
-                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 1, 2, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL)),
-            (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
-                         start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL)),
-        ], [4, 1], [240, 24])
+    gl.warp_specialize([
+        (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
+                        start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N,
+                        STAGES, CAUSAL)),
+        (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
+                        start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 1, 2, D, BLOCK_M, BLOCK_N,
+                        STAGES, CAUSAL)),
+        (_kv_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
+                        start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
+                        PARTS, CAUSAL)),
+    ], [4, 1], [240, 24])  # consumer 2, producer: registers each (the first takes the rest)
+
+
+# --------------------------------------------------------------------------- dQ
+
+
+@gluon.jit
+def _q_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty,
+                b, h, G, start_m, n_blocks, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr):
+    """One warp: this program's Q and dO rows once, then K_j and V_j into slot j % STAGES."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    q_row, q_col = _origin(b, h, sqb, sqh, sqs)
+    do_row, do_col = _origin(b, h, sdob, sdoh, sdos)
+    mbarrier.expect(q_bar, 2 * PARTS * q_desc.block_type.nbytes)
+    for part in gl.static_range(PARTS):
+        _tma_load(q_desc, [q_row + start_m + part * BM, q_col], q_bar, q_smem.index(part))
+        _tma_load(do_desc, [do_row + start_m + part * BM, do_col], q_bar, do_smem.index(part))
+    kv_row, kv_col = _origin(b, h // G, skb, skh, sks)
+    for j in range(n_blocks):
+        slot = j % STAGES
+        mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)  # fresh barriers pass once
+        mbarrier.expect(ready.index(slot), 2 * k_desc.block_type.nbytes)
+        _tma_load(k_desc, [kv_row + j * BLOCK_N, kv_col], ready.index(slot), k_smem.index(slot))
+        _tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _q_step(j, dq, q_tile, do_tile, k_smem, v_smem, ready, empty, lse, delta, rows, s_zero, qk_scale,
+            MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+            STAGES: gl.constexpr):
+    """Key block j against this partition's query rows: S and dP together, then dQ += dS K_j."""
+    slot = j % STAGES
+    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+    k_tile = k_smem.index(slot)
+    s_tok = warpgroup_mma(q_tile, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(do_tile, v_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(1, deps=[s_tok])  # S done; dP may still run
+    p = gl.exp2(s * qk_scale - gl.expand_dims(lse, 1))  # lse is base 2
+    if MASK:  # causal: key c is visible to query row r when c <= r (Sq = Sk)
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        p = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), p, 0.0)
+    ds = p * (warpgroup_mma_wait(0, deps=[dp_tok]) - gl.expand_dims(delta, 1))
+    ds_op = gl.convert_layout(ds.to(q_tile.dtype), op_layout)
+    dq_tok = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
+    dq, _ = warpgroup_mma_wait(0, deps=[dq_tok, ds_op])
+    mbarrier.arrive(empty.index(slot), count=1)  # K_j and V_j are no longer read here
+    return dq
+
+
+@gluon.jit
+def _q_consumer(q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, dq_desc, LSE2, DELTA,
+                b, h, H, SQ, start_m, n_blocks, sqb, sqh, sqs, qk_scale, sm_scale,
+                PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: query rows [PART·BM, (PART+1)·BM) of the program's block; their dQ."""
+    BM: gl.constexpr = BLOCK_M // PARTS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, D, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_layout, k_width=2)
+    q_tile = q_smem.index(PART)
+    do_tile = do_smem.index(PART)
+    row0 = start_m + PART * BM
+    rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+    lse = gl.load(LSE2 + (b * H + h) * SQ + rows)
+    delta = gl.load(DELTA + (b * H + h) * SQ + rows)
+    s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
+    dq = gl.zeros([BM, D], gl.float32, a_layout)
+    n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # key blocks every row here sees in full
+    mbarrier.wait(q_bar, 0)
+    for j in range(0, n_full):
+        dq = _q_step(j, dq, q_tile, do_tile, k_smem, v_smem, ready, empty, lse, delta, rows, s_zero, qk_scale,
+                     False, s_layout, op_layout, BLOCK_N, STAGES)
+    for j in range(n_full, n_blocks):  # causal: the blocks on the diagonal
+        dq = _q_step(j, dq, q_tile, do_tile, k_smem, v_smem, ready, empty, lse, delta, rows, s_zero, qk_scale,
+                     True, s_layout, op_layout, BLOCK_N, STAGES)
+    # every matmul reading Q is done: dQ leaves through its buffer (dq is laid out as q)
+    q_tile.store((dq * sm_scale).to(q_smem.dtype))
+    fence_async_shared()
+    row, col = _origin(b, h, sqb, sqh, sqs)
+    _tma_store(dq_desc, [row + row0, col], q_tile)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _bwd_q_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, H, G, SQ, SK,
+                  sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, qk_scale, sm_scale,
+                  D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  PARTS: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """Program (query block, batch·head), query block fastest; causal ones longest first."""
+    n_m = SQ // BLOCK_M
+    pid = gl.program_id(0)
+    off_hz = pid // n_m
+    if CAUSAL:
+        start_m = (n_m - 1 - pid % n_m) * BLOCK_M
+        n_blocks = gl.cdiv(start_m + BLOCK_M, BLOCK_N)
     else:
-        gl.warp_specialize([
-            (_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
-                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 1, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL)),
-            (_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
-                         start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL)),
-        ], [1], [24])
+        start_m = pid % n_m * BLOCK_M
+        n_blocks = SK // BLOCK_N
+    b = off_hz // H
+    h = off_hz % H
+    dtype: gl.constexpr = q_desc.dtype
+    BM: gl.constexpr = BLOCK_M // PARTS
+    q_smem = gl.allocate_shared_memory(dtype, [PARTS, BM, D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [PARTS, BM, D], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=PARTS)  # every consumer releases each slot
+    gl.warp_specialize([
+        (_q_consumer, (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, dq_desc, LSE2, DELTA, b, h, H, SQ,
+                       start_m, n_blocks, sqb, sqh, sqs, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N, STAGES,
+                       CAUSAL)),
+        (_q_consumer, (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, dq_desc, LSE2, DELTA, b, h, H, SQ,
+                       start_m, n_blocks, sqb, sqh, sqs, qk_scale, sm_scale, 1, 2, D, BLOCK_M, BLOCK_N, STAGES,
+                       CAUSAL)),
+        (_q_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty,
+                       b, h, G, start_m, n_blocks, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_N,
+                       STAGES, PARTS)),
+    ], [4, 1], [232, 24])  # as _bwd_kv_kernel's
 
 
 # --------------------------------------------------------------------------- host
@@ -239,4 +367,18 @@ def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float,
         _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts), _descriptor(v, bn // parts),
         _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV, SQ, SK,
         *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
+        D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)
+
+
+def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg: dict | None = None):
+    """dq (written in place, laid out as q) from flash.py's base-2 LSE and Δ."""
+    B, H, SQ, D = q.shape
+    HKV, SK = k.shape[1], k.shape[2]
+    cfg = cfg or Q_CANDIDATES[D][0]
+    bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
+    assert SQ % TILE == 0 and SK % TILE == 0 and dq.stride() == q.stride()
+    _bwd_q_kernel[(SQ // bm * B * H,)](
+        _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn), _descriptor(v, bn),
+        _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3], *do.stride()[:3],
+        *k.stride()[:3], sm_scale * LOG2E, sm_scale,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)

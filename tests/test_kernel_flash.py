@@ -741,9 +741,9 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
-    """The "hopper" backward plan (dK, dV from kernels/flash_hopper_bwd.py) with each of its configs:
-    MHA in [B, H, S, D] and GQA 8/2 as [B, S, H, D] views, under FlashAttention's error rule and
-    bitwise equal over two runs (no atomics: the sums run in a fixed order)."""
+    """The "hopper" backward plan (kernels/flash_hopper_bwd.py) with each config of each pass: MHA in
+    [B, H, S, D] and GQA 8/2 as [B, S, H, D] views, under FlashAttention's error rule and bitwise
+    equal over two runs (no atomics: every sum runs in a fixed order)."""
     if not _hopper():
         pytest.skip("the Gluon backward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper_bwd
@@ -751,23 +751,28 @@ def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
     monkeypatch.setattr(flash_mod, "BACKWARD", "hopper")
     calls = []
-    real = flash_hopper_bwd.backward_kv
-    monkeypatch.setattr(flash_hopper_bwd, "backward_kv", lambda *a, **kw: calls.append(a[-1]) or real(*a, **kw))
+    for name in ("backward_kv", "backward_q"):
+        real = getattr(flash_hopper_bwd, name)
+        monkeypatch.setattr(flash_hopper_bwd, name,
+                            lambda *a, _real=real, _name=name, **kw: calls.append((_name, a[-1])) or _real(*a, **kw))
+    pinned = [{"bwd_kv_gluon": c} for c in flash_hopper_bwd.CANDIDATES[d]]
+    pinned += [{"bwd_q_gluon": c} for c in flash_hopper_bwd.Q_CANDIDATES[d]]
     scale = 1 / math.sqrt(d)
     for hkv, layout in ((8, "bhsd"), (2, "bshd")):
         q, k, v, do = _gpu_inputs(2, 8, hkv, 1024, 1024, d, "bfloat16", layout, d + hkv + causal)
         ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
         naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
-        for cfg in flash_hopper_bwd.CANDIDATES[d]:
-            monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", {"bwd_kv_gluon": cfg})
+        for forced in pinned:
+            monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", forced)
             run = lambda: _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True),  # noqa: E731
                                  q, k, v, do)
             calls.clear()
             first, again = run(), run()
-            assert calls == [cfg, cfg], "the Gluon dK/dV kernel did not run"
+            want = [("backward_kv", forced.get("bwd_kv_gluon")), ("backward_q", forced.get("bwd_q_gluon"))]
+            assert calls == want * 2, f"the Gluon kernels did not both run: {calls}"
             for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
-                _fa_rule(f"{name} with {cfg}, {layout}, hkv {hkv}", first[i], naive[i], ref[i])
-                assert torch.equal(first[i], again[i]), f"{name} with {cfg} differs between two runs"
+                _fa_rule(f"{name} with {forced}, {layout}, hkv {hkv}", first[i], naive[i], ref[i])
+                assert torch.equal(first[i], again[i]), f"{name} with {forced} differs between two runs"
 
 
 GLUON_COMPILE = """
