@@ -617,11 +617,14 @@ def _candidates(kind: str, d: int) -> list[dict]:
     raise ValueError(kind)
 
 
-# Backward plan (kernels/NOTES.md, v7, b1): "split" (dK/dV pass, then dQ pass; 7 matmuls per score
-# tile), "hopper" (split, both passes in Gluon where flash_hopper_bwd covers the call), "onepass" (one pass, 5 matmuls, dQ added in key-block order: deterministic) or "atomic"
-# (one pass, dQ by atomic adds: NOT deterministic). Measured on an H200, both one-pass plans
-# are slower than split at every size (0.11-0.54x and 0.72-0.84x), so they stay for comparison.
-BACKWARD = os.environ.get("DRILL_FLASH_BWD", "split")
+# Backward plan (kernels/NOTES.md, v7, b1-b4), each deterministic unless said:
+# - "auto" (the default): dK/dV pass, then dQ pass, each from the faster of this file's Triton kernel
+#   and flash_hopper_bwd's Gluon kernel per shape bucket (Gluon only on Hopper, within its scope);
+# - "split": both passes in Triton (7 matmuls per score tile); "hopper": both in Gluon where covered;
+# - "onepass" (5 matmuls, dQ added in key-block order) and "atomic" (dQ by atomic adds: NOT
+#   deterministic): slower than split at every size on an H200 (0.11-0.54x and 0.72-0.84x), kept
+#   for comparison.
+BACKWARD = os.environ.get("DRILL_FLASH_BWD", "auto")
 
 # Tests and the benchmark may pin configs: {"fwd": {...}, ...}. Empty means tune.
 FORCED_CONFIGS: dict[str, dict] = {}
@@ -696,11 +699,15 @@ def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
 
 
 def tuned_configs() -> dict:
-    """The configs chosen so far, keyed by (kernel, shape bucket...); "fwd-plan" rows say which
-    forward the auto plan chose (a Gluon config, or "triton")."""
+    """The configs chosen so far, keyed by (kernel, shape bucket...); "fwd-plan" and "bwd-plan" rows
+    say which kernel the auto plans chose (a Gluon config, or "triton")."""
     out = {" ".join(map(str, k)): dict(v) for k, v in _TUNED.items()}
     out.update({"fwd-plan " + " ".join(map(str, k)): dict(v, kernel="gluon") if v else {"kernel": "triton"}
                 for k, v in _FWD_PLAN.items()})
+    for k, v in _BWD_PLAN.items():
+        for kind, cfg in v.items():
+            name = f"bwd-plan {kind} " + " ".join(map(str, k))
+            out[name] = dict(cfg, kernel="gluon") if cfg else {"kernel": "triton"}
     return out
 
 
@@ -824,6 +831,37 @@ def _pick_forward(q, k, v, causal, sm_scale, flash_hopper) -> dict | None:
     return best
 
 
+_BWD_PLAN: dict[tuple, dict] = {}  # shape bucket -> {"kv": Gluon config or None for Triton, "q": ...}
+
+
+def _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq, dk, dv, lse2, delta, causal,
+                   sm_scale) -> dict:
+    """Per pass, the faster of this file's tuned kernel and each Gluon config, by do_bench; a Gluon
+    config whose gradients differ from this file's kernel's is never chosen. Each pass writes only
+    its own outputs, so the two are timed apart."""
+    picks = {}
+    for name, run_triton, outs, cands, run_gluon in (
+            ("kv", triton_kv, (dk, dv), flash_hopper_bwd.CANDIDATES[q.shape[-1]],
+             lambda c: flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale, c)),
+            ("q", triton_q, (dq,), flash_hopper_bwd.Q_CANDIDATES[q.shape[-1]],
+             lambda c: flash_hopper_bwd.backward_q(q, k, v, do, dq, lse2, delta, causal, sm_scale, c))):
+        run_triton()  # also tunes this file's configs
+        want = [t.float() for t in outs]
+        best, best_ms = None, triton.testing.do_bench(run_triton, warmup=10, rep=100)
+        for cfg in cands:
+            try:
+                run_gluon(cfg)
+                if not all(torch.allclose(t.float(), w, atol=2e-2, rtol=2e-2) for t, w in zip(outs, want)):
+                    continue
+                ms = triton.testing.do_bench(lambda: run_gluon(cfg), warmup=10, rep=100)
+            except Exception:  # a config that does not compile or fit
+                continue
+            if ms < best_ms:
+                best, best_ms = cfg, ms
+        picks[name] = best
+    return picks
+
+
 def _forward(q, k, v, causal: bool, sm_scale: float):
     done = _gluon_forward(q, k, v, causal, sm_scale)
     return done if done is not None else _triton_forward(q, k, v, causal, sm_scale)
@@ -870,25 +908,44 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
     kv_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "N"), (5, "N")])
     kv_grid = lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * HKV)  # noqa: E731  (key block fastest: see _bwd_kv_kernel)
 
-    def split(gluon: bool = False):
-        if gluon and q.is_cuda and not _interpreting():
-            from . import flash_hopper_bwd  # Gluon: imported only where it may run
-
-            gluon = flash_hopper_bwd.applicable(q, k, v, do, causal)
-        if gluon:  # both passes in Gluon (flash_hopper_bwd); the same two passes, the same sums
-            flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale,
-                                         FORCED_CONFIGS.get("bwd_kv_gluon"))
-            flash_hopper_bwd.backward_q(q, k, v, do, dq, lse2, delta, causal, sm_scale,
-                                        FORCED_CONFIGS.get("bwd_q_gluon"))
-            return
+    def triton_kv():
         kv_args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
                    H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
         _launch("bwd_kv", _bwd_kv_kernel, kv_grid, kv_args, {**const, "DQ_MODE": 0}, key, kv_tiles)
+
+    def triton_q():
         q_args = (q, k, v, do, dq, lse2, delta, *strides, *dq.stride()[:3],
                   H, H // HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
         q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
         _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key,
                 q_tiles)
+
+    def split(plan: str = "split"):
+        """The two passes, each from this file's Triton kernel or flash_hopper_bwd's Gluon kernel:
+        "hopper" takes Gluon for both where it covers the call, "auto" the faster per pass and
+        shape bucket (_pick_backward); the sums run in the same fixed order either way."""
+        picks = {"kv": None, "q": None}
+        if plan != "split" and q.is_cuda and not _interpreting():
+            from . import flash_hopper_bwd  # Gluon: imported only where it may run
+
+            if flash_hopper_bwd.applicable(q, k, v, do, causal):
+                if plan == "hopper":
+                    picks = {"kv": FORCED_CONFIGS.get("bwd_kv_gluon") or flash_hopper_bwd.CANDIDATES[D][0],
+                             "q": FORCED_CONFIGS.get("bwd_q_gluon") or flash_hopper_bwd.Q_CANDIDATES[D][0]}
+                elif not FORCED_CONFIGS and os.environ.get("DRILL_FLASH_TUNE", "1") != "0":
+                    bucket = (D, causal, str(q.dtype), H // HKV, _bucket(B * H), _bucket(SQ), _bucket(SK))
+                    if bucket not in _BWD_PLAN:
+                        _BWD_PLAN[bucket] = _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq,
+                                                           dk, dv, lse2, delta, causal, sm_scale)
+                    picks = _BWD_PLAN[bucket]
+        if picks["kv"]:
+            flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale, picks["kv"])
+        else:
+            triton_kv()
+        if picks["q"]:
+            flash_hopper_bwd.backward_q(q, k, v, do, dq, lse2, delta, causal, sm_scale, picks["q"])
+        else:
+            triton_q()
 
     def one_pass(atomic: bool):
         # ordered: key block 0 overwrites each tile, so no zero fill; atomic adds need zeros
@@ -902,8 +959,8 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
         _bwd_dq_convert_kernel[(triton.cdiv(SQ, block), B * H)](dq_acc, dq, *dq.stride()[:3], H, SQ, SK, sm_scale,
                                                                  D=D, BLOCK_M=block, CAUSAL=causal)
 
-    plans = {"split": split, "hopper": lambda: split(gluon=True), "onepass": lambda: one_pass(False),
-             "atomic": lambda: one_pass(True)}
+    plans = {"auto": lambda: split("auto"), "split": split, "hopper": lambda: split("hopper"),
+             "onepass": lambda: one_pass(False), "atomic": lambda: one_pass(True)}
     if BACKWARD not in plans:
         raise ValueError(f"flash.BACKWARD = {BACKWARD!r}: expected one of {', '.join(plans)}")
     plans[BACKWARD]()

@@ -338,6 +338,21 @@ def test_cpu_onepass_hand_off_runs_to_the_end_and_resets_its_counters(monkeypatc
     assert (first[2].double() - want[2]).abs().max().item() < 1e-4
 
 
+def test_cpu_gluon_backward_plans_fall_back_to_triton_off_hopper(monkeypatch):
+    """"auto" (the default) and "hopper" pick Gluon kernels only on a Hopper GPU; elsewhere (here the
+    interpreter) they run the Triton split and give its bits exactly."""
+    assert flash_mod.BACKWARD == "auto" or os.environ.get("DRILL_FLASH_BWD")
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 32, 16, generator=g) for _ in range(4))
+    got = {}
+    for plan in ("split", "auto", "hopper"):
+        monkeypatch.setattr(flash_mod, "BACKWARD", plan)
+        got[plan] = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
+    for plan in ("auto", "hopper"):
+        for x, y in zip(got[plan], got["split"]):
+            assert torch.equal(x, y), plan
+
+
 def test_cpu_backward_plan_switch(monkeypatch):
     """An unknown backward plan is an error, not a silent default."""
     q = torch.randn(1, 1, 8, 16, requires_grad=True)
@@ -775,6 +790,28 @@ def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
                 assert torch.equal(first[i], again[i]), f"{name} with {forced} differs between two runs"
 
 
+@pytest.mark.gpu
+def test_gpu_auto_backward_plan_picks_a_kernel_per_pass(monkeypatch):
+    """BACKWARD = "auto" (the default) with tuning on: one choice per pass and shape bucket, recorded
+    in tuned_configs; the gradients meet FlashAttention's error rule and repeat bit for bit."""
+    if not _hopper():
+        pytest.skip("the auto plan chooses between kernels only on Hopper")
+    monkeypatch.setattr(flash_mod, "BACKWARD", "auto")
+    monkeypatch.setattr(flash_mod, "_BWD_PLAN", {})
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "1")
+    q, k, v, do = _gpu_inputs(2, 8, 2, 2048, 2048, 128, "bfloat16", "bshd", 9)
+    scale = 1 / math.sqrt(128)
+    fa = lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True)  # noqa: E731
+    ours, again = _grads(fa, q, k, v, do), _grads(fa, q, k, v, do)
+    assert len(flash_mod._BWD_PLAN) == 1 and set(next(iter(flash_mod._BWD_PLAN.values()))) == {"kv", "q"}
+    assert sum(key.startswith("bwd-plan") for key in flash_mod.tuned_configs()) == 2
+    ref = _grads(lambda a, b, c: reference(a, b, c, True, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, True, scale), q, k, v, do)
+    for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
+        _fa_rule(name, ours[i], naive[i], ref[i])
+        assert torch.equal(ours[i], again[i]), name
+
+
 GLUON_COMPILE = """
 import json, sys
 from triton import compile as triton_compile
@@ -799,10 +836,42 @@ def build(d, cfg):
     return triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
                           target=GPUTarget("cuda", 90, 32), options=options)
 
+def build_bwd(kernel, d, cfg, causal):
+    from drill.kernels import flash_hopper_bwd
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
+        return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
+    bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
+    if kernel == "kv":
+        fn, tensors = flash_hopper_bwd._bwd_kv_kernel, ("q", "do", "k", "dk")
+        sig = dict(q_desc=desc(bm), do_desc=desc(bm), k_desc=desc(bn // parts), v_desc=desc(bn // parts),
+                   dk_desc=desc(bn // parts), dv_desc=desc(bn // parts), LSE2="*fp32", DELTA="*fp32", H="i32",
+                   HKV="i32")
+    else:
+        fn, tensors = flash_hopper_bwd._bwd_q_kernel, ("q", "do", "k")
+        sig = dict(q_desc=desc(bm // parts), do_desc=desc(bm // parts), k_desc=desc(bn), v_desc=desc(bn),
+                   dq_desc=desc(bm // parts), LSE2="*fp32", DELTA="*fp32", H="i32", G="i32")
+    sig.update(SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in tensors for a in "bhs"}, qk_scale="fp32",
+               sm_scale="fp32")
+    consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=causal, num_warps=4)
+    sig.update({name: "constexpr" for name in consts})
+    return triton_compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=4))
+
 if sys.argv[1] == "every":  # shared memory of every candidate
     for d, cfgs in flash_hopper.CANDIDATES.items():
         for cfg in cfgs:
             print(json.dumps(dict(d=d, cfg=cfg, shared=build(d, cfg).metadata.shared)), flush=True)
+elif sys.argv[1] == "bwd":  # every backward candidate of both passes, causal or not
+    from drill.kernels import flash_hopper_bwd
+    for kernel, table in (("kv", flash_hopper_bwd.CANDIDATES), ("q", flash_hopper_bwd.Q_CANDIDATES)):
+        for d, cfgs in table.items():
+            for cfg in cfgs:
+                for causal in (False, True):
+                    k = build_bwd(kernel, d, cfg, causal)
+                    print(json.dumps(dict(kernel=kernel, d=d, cfg=cfg, causal=causal, shared=k.metadata.shared,
+                                          overlapped="wgmma.wait_group.sync.aligned 1" in k.asm["ptx"])), flush=True)
 else:  # the PTX of one 128 x 128 tile at D = 128: partitions, consumer warps
     parts, warps = int(sys.argv[1]), int(sys.argv[2])
     cfg = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=warps, maxnreg=None, PARTS=parts, PERSISTENT=True)
@@ -850,6 +919,22 @@ def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(tmp_path):
         assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK, row
     three_stage = next(r for r in seen if r["d"] == 128 and r["cfg"]["STAGES"] == 3 and r["cfg"]["BLOCK_N"] == 128)
     assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
+def test_cpu_every_gluon_backward_candidate_compiles_for_hopper(tmp_path):
+    """Each config of both Gluon backward passes compiles for sm_90 with the installed Triton, fits one
+    block's shared memory, and waits for one matmul while another is still in flight (the overlap)."""
+    import json
+
+    pytest.importorskip("triton.experimental.gluon")
+    from drill.kernels import flash_hopper_bwd
+
+    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "bwd").splitlines()]
+    want = 2 * sum(len(c) for t in (flash_hopper_bwd.CANDIDATES, flash_hopper_bwd.Q_CANDIDATES) for c in t.values())
+    assert len(seen) == want
+    for row in seen:
+        assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK and row["overlapped"], row
 
 
 def test_cpu_gluon_scope_by_dtype_size_and_layout():
