@@ -2,7 +2,10 @@
 
 Run by kernels/gpu_suite.py (step `sandbox_cuda`) on a GPU machine. Each variant starts a
 small script the way drill.grader.sandbox.Contained starts the subject, with one layer
-left out, and asks it to initialise CUDA and run one kernel. `full` is what grading uses.
+changed, and asks it to initialise CUDA and run one kernel. `full` is what grading uses for a
+CUDA subject (its own /proc entry writable); `no_own_proc` is that sandbox without the entry,
+where the NVIDIA driver fails (BENCHMARKS.md, "Trusted grading on the H200"), and every other
+variant changes one layer of `no_own_proc`, to show which layer mattered.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from pathlib import Path
 from drill.grader import sandbox
 
 PROBE = "import torch; x = torch.ones(4, device='cuda'); print('cuda ok', int((x * 2).sum().item()))\n"
-VARIANTS = ("write_own_proc", "full", "no_landlock", "landlock_fs_only", "no_capability_drop", "no_memory_group",
+VARIANTS = ("full", "no_own_proc", "no_landlock", "landlock_fs_only", "no_capability_drop", "no_memory_group",
             "no_file_size_cap", "reads_run", "reads_var", "reads_tmp", "reads_dev", "wide_reads",
-            "write_proc", "write_sys", "write_dev", "write_reads", "write_own_proc")
+            "write_proc", "write_sys", "write_dev", "write_reads")
 EXTRA_WRITES = {"write_proc": ["/proc"], "write_sys": ["/sys"], "write_dev": ["/dev"]}
 EXTRA_READS = {"reads_run": ["/run"], "reads_var": ["/var"], "reads_tmp": ["/tmp"], "reads_dev": ["/dev"],
                "wide_reads": ["/run", "/var", "/tmp", "/dev"]}
@@ -36,7 +39,7 @@ def _preexec(variant: str, paths, group, output_limit: int = 64 * 1024 * 1024):
             resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if paths is not None and variant != "no_landlock":
-            sandbox._apply_landlock(paths, scoped=variant != "landlock_fs_only", own_proc=variant == "write_own_proc")
+            sandbox._apply_landlock(paths, scoped=variant != "landlock_fs_only", own_proc=variant == "full")
         if variant != "no_capability_drop":
             sandbox._drop_capabilities()
 

@@ -783,7 +783,8 @@ def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
                                  q, k, v, do)
             calls.clear()
             first, again = run(), run()
-            want = [("backward_kv", forced.get("bwd_kv_gluon")), ("backward_q", forced.get("bwd_q_gluon"))]
+            want = [("backward_kv", forced.get("bwd_kv_gluon", flash_hopper_bwd.CANDIDATES[d][0])),
+                    ("backward_q", forced.get("bwd_q_gluon", flash_hopper_bwd.Q_CANDIDATES[d][0]))]
             assert calls == want * 2, f"the Gluon kernels did not both run: {calls}"
             for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
                 _fa_rule(f"{name} with {forced}, {layout}, hkv {hkv}", first[i], naive[i], ref[i])
