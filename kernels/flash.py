@@ -44,6 +44,9 @@ Backward (deterministic: every output element is written by exactly one program)
         ds^T = p^T (dp^T - delta);  dK += ds^T Q * scale
     dQ pass: one program per query block, looping over key blocks:
         p = 2^(Q K^T * scale*log2e - lse2);  dp = dO V^T;  ds = p (dp - delta);  dQ += ds K * scale
+  On Hopper either pass may instead run kernels/flash_hopper_bwd.py's Gluon kernel for it (the
+  same loops and sums, warp-specialised like the forward): BACKWARD "auto" times both per pass
+  and shape bucket and keeps the faster, so the result stays bitwise reproducible either way.
 
 Three ways of moving tiles, picked at launch by the constexpr MODE:
   2 host tensor descriptors, one per tensor, over a 2-D [rows, row stride] view of its

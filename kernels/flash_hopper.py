@@ -23,7 +23,7 @@ Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S,
 (any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;
 k and v alike), k and v may have fewer heads (GQA), Sq and Sk multiples of 128, causal only
 with Sq = Sk. Everything else, the interpreter and other GPUs run kernels/flash.py, which also
-owns the backward; `applicable` says which. The log-sum-exp is written in flash.py's format
+owns the backward (kernels/flash_hopper_bwd.py has its Gluon passes); `applicable` says which. The log-sum-exp is written in flash.py's format
 (natural log), so its backward works unchanged on this forward's output. flash.py's forward
 plan "auto" times this kernel's CANDIDATES against its own and keeps the faster per shape
 (kernels/NOTES.md g1-g4 has what each part bought on an H200).
