@@ -820,6 +820,7 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
     md = "\n".join(lines) + "\n\nConfigs the tuner chose:\n\n" + "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
     return rows, md
 
+
 def bench_bwd_kernels(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
                       plans=("split", "hopper"), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """Where a backward's time goes: GPU µs per kernel (torch.profiler, the median of 5 calls after a

@@ -92,6 +92,20 @@ def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sme
 
 
 @gluon.jit
+def _barriers(STAGES: gl.constexpr, PARTS: gl.constexpr):
+    """The mbarriers of a kernel here: one for the tiles loaded once per program, and the ring's
+    `ready` (the producer's loads landed) and `empty` (every consumer released the slot)."""
+    once = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(once, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=PARTS)
+    return once, ready, empty
+
+
+@gluon.jit
 def _fresh(x):
     """x with a register of its own for every element. A tile broadcast from a vector repeats values
     within a thread; as a wgmma accumulator the repeats became register copies issued between two
@@ -195,13 +209,7 @@ def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELT
     v_smem = gl.allocate_shared_memory(dtype, [PARTS, BNP, D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, D], do_desc.layout)
-    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=PARTS)  # every consumer releases each slot
+    kv_bar, ready, empty = _barriers(STAGES, PARTS)
     gl.warp_specialize([
         (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N,
@@ -321,13 +329,7 @@ def _bwd_q_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, H, G, S
     do_smem = gl.allocate_shared_memory(dtype, [PARTS, BM, D], do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=PARTS)  # every consumer releases each slot
+    q_bar, ready, empty = _barriers(STAGES, PARTS)
     gl.warp_specialize([
         (_q_consumer, (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, dq_desc, LSE2, DELTA, b, h, H, SQ,
                        start_m, n_blocks, sqb, sqh, sqs, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N, STAGES,
