@@ -353,6 +353,47 @@ def test_cpu_gluon_backward_plans_fall_back_to_triton_off_hopper(monkeypatch):
             assert torch.equal(x, y), plan
 
 
+def test_cpu_backward_pick_keeps_the_fastest_correct_kernel_per_pass(monkeypatch):
+    """The auto plan's choice (_pick_backward) with stand-in kernels and timings: per pass the
+    fastest of Triton and the Gluon configs wins, and a Gluon config whose gradients differ from
+    Triton's is never chosen however fast it is."""
+    import types
+
+    import triton
+
+    dq, dk, dv = (torch.zeros(4) for _ in range(3))
+    right = torch.arange(4.0)
+    times = {"triton_kv": 2.0, "triton_q": 1.0, "kv_a": 1.5, "kv_bad": 0.1, "q_a": 1.2}
+    current = []
+
+    def kernel(name, outs, value):
+        def run(*_):
+            current[:] = [name]
+            for t in outs:
+                t.copy_(value)
+        return run
+
+    def gluon_kv(*args):
+        cfg = args[-1]
+        kernel(cfg["name"], (dk, dv), right + 1 if cfg["name"] == "kv_bad" else right)()
+
+    def gluon_q(*args):
+        kernel(args[-1]["name"], (dq,), right)()
+
+    fake = types.SimpleNamespace(CANDIDATES={16: [{"name": "kv_bad"}, {"name": "kv_a"}]},
+                                 Q_CANDIDATES={16: [{"name": "q_a"}]}, backward_kv=gluon_kv, backward_q=gluon_q)
+
+    def fake_bench(fn, **_):
+        fn()
+        return times[current[0]]
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    q = torch.zeros(1, 1, 8, 16)
+    picks = flash_mod._pick_backward(fake, kernel("triton_kv", (dk, dv), right), kernel("triton_q", (dq,), right),
+                                     q, q, q, q, dq, dk, dv, None, None, False, 1.0)
+    assert picks == {"kv": {"name": "kv_a"}, "q": None}
+
+
 def test_cpu_backward_plan_switch(monkeypatch):
     """An unknown backward plan is an error, not a silent default."""
     q = torch.randn(1, 1, 8, 16, requires_grad=True)
