@@ -65,9 +65,9 @@ def _query_blocks(start_n, n_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CA
 
 @gluon.jit
 def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
-              b, hk, start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
-              CAUSAL: gl.constexpr):
+                 b, hk, start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
+                 CAUSAL: gl.constexpr):
     """One warp: this program's K and V once, then every (query head of the group, query block)
     Q and dO into slot it % STAGES, in the order the consumers take them."""
     BNP: gl.constexpr = BLOCK_N // PARTS
@@ -115,8 +115,8 @@ def _fresh(x):
 
 @gluon.jit
 def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero,
-          qk_scale, inv_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
-          BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+             qk_scale, inv_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
+             BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
     """Query block i (ring position it) against this partition's keys: four matmuls, two of them
     overlapped with the elementwise work."""
     slot = it % STAGES
@@ -146,9 +146,9 @@ def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_p
 
 @gluon.jit
 def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA,
-              b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale,
-              PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                 b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale,
+                 PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """One warpgroup: keys [PART·BNP, (PART+1)·BNP) of the program's block; dK, dV of those rows."""
     BNP: gl.constexpr = BLOCK_N // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
