@@ -47,9 +47,9 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 LOG2E = 1.4426950408889634
 
 
-def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=False):
+def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=False, poly=0):
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg, PARTS=parts,
-                PERSISTENT=persistent)
+                PERSISTENT=persistent, POLY=poly)
 
 
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
@@ -62,9 +62,12 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
 CANDIDATES = {
     64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
-         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
+         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True),
+         _cfg(128, 64, 3, 4, 128, poly=4), _cfg(128, 64, 3, 4, 128, poly=8), _cfg(128, 128, 3, 4, parts=2, poly=4),
+         _cfg(128, 128, 3, 4, parts=2, poly=8)],
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
-          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
+          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8),
+          _cfg(128, 128, 3, 4, parts=2, poly=8)],
 }
 TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
@@ -82,11 +85,25 @@ def _tile_count(num_tiles, PAIRED: gl.constexpr):
 
 
 @gluon.jit
-def _tile(k, n_m, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
+def _grouped(t, n, heads, group):
+    """The t-th causal program's block rank (0: the block with the most work) and head, when each
+    head has n blocks and programs go longest first over groups of `group` heads: every head's
+    rank-0 block of a group, then every head's rank-1 block, and so on (kernels/NOTES.md h1).
+    Head by head (group = 1) the last heads' longest blocks start in the last wave and run on
+    alone; a group whose work fills the GPU twice over ends on short blocks instead, and a few
+    heads at a time still share L2 (all heads at once lost to L2 misses, NOTES v8)."""
+    g = t // (group * n)
+    width = gl.minimum(group, heads - g * group)  # the last group may be smaller
+    r = t - g * group * n
+    return r // width, g * group + r % width
+
+
+@gluon.jit
+def _tile(k, n_m, heads, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
     """The k-th tile of this program: its query block and (batch·head).
 
-    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest, causal ones longest first
-    within each head, so the tiles running at once share one head's K and V in L2. Program p takes
+    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest, so the tiles running at
+    once share a head's K and V in L2; causal ones longest first over groups of heads (_grouped). Program p takes
     every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
     length varies from 1 to n_m key blocks, and dealing them one by one gave some programs twice
     the work of others (kernels/NOTES.md g5). Instead a head's query blocks pair up, the longest
@@ -102,7 +119,8 @@ def _tile(k, n_m, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
     else:
         t = k * P + pid
         if CAUSAL:
-            return n_m - 1 - t % n_m, t // n_m
+            rank, head = _grouped(t, n_m, heads, group)
+            return n_m - 1 - rank, head
         else:
             return t % n_m, t // n_m
 
@@ -126,7 +144,7 @@ def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M: gl.constexpr,
+              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr,
               PAIRED: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
@@ -134,7 +152,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
     BM: gl.constexpr = q_desc.block_type.shape[0]
     c = 0
     for i in range(_tile_count(num_tiles, PAIRED)):
-        start_m, off_hz = _tile(i, n_m, CAUSAL, PAIRED)
+        start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
         q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
         q_row += start_m * BLOCK_M
         kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
@@ -153,9 +171,44 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             c += 1
 
 
+def _exp2_asm(pack: int) -> str:
+    """PTX for 2^x of `pack` elements of one thread: the first pack − 1 on the special-function unit
+    (ex2), the last by FlashAttention-4's polynomial on the FMA units. Adding 1.5·2^23 rounds x to an
+    integer j held in t's low mantissa bits; 2^(x − j), x − j in [−0.5, 0.5], is a degree-3 minimax
+    polynomial (relative error 7.5e-5, below bf16's rounding of P); t's bits shifted left by 23 add j
+    to the polynomial's exponent. x is clamped at −125 so the result stays a normal number (2^−125
+    where ex2 gives 0: nothing beside a row sum ≥ 1). Same numbers as flash.py's _exp2_fma."""
+    ex2 = "".join(f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1))
+    return ("{ .reg .f32 ex_x, ex_t, ex_f, ex_p; .reg .b32 ex_tb, ex_pb; " + ex2 +
+            f"max.f32 ex_x, ${2 * pack - 1}, 0fC2FA0000; add.rn.f32 ex_t, ex_x, 0f4B400000; "
+            "sub.rn.f32 ex_f, ex_t, 0f4B400000; sub.rn.f32 ex_f, ex_x, ex_f; "
+            "fma.rn.f32 ex_p, ex_f, 0f3D61FB70, 0f3E786EF8; fma.rn.f32 ex_p, ex_p, ex_f, 0f3F31798D; "
+            "fma.rn.f32 ex_p, ex_p, ex_f, 0f3F7FFB4A; mov.b32 ex_tb, ex_t; shl.b32 ex_tb, ex_tb, 23; "
+            f"mov.b32 ex_pb, ex_p; add.s32 ex_pb, ex_pb, ex_tb; mov.b32 ${pack - 1}, ex_pb; }}")
+
+
+_EXP2_ASM_4 = gl.constexpr(_exp2_asm(4))
+_EXP2_ASM_8 = gl.constexpr(_exp2_asm(8))
+_EXP2_REGS_4 = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4))  # outputs, then inputs
+_EXP2_REGS_8 = gl.constexpr(",".join(["=f"] * 8 + ["f"] * 8))
+
+
+@gluon.jit
+def _exp2(x, POLY: gl.constexpr):
+    """2^x, one element in POLY (4 or 8; 0: none) off the special-function unit (kernels/NOTES.md h2:
+    at D = 64 a score tile's exponentials take that unit as long as its two matmuls take the tensor
+    cores)."""
+    if POLY == 0:
+        return gl.exp2(x)
+    elif POLY == 4:
+        return gl.inline_asm_elementwise(_EXP2_ASM_4, _EXP2_REGS_4, [x], dtype=gl.float32, is_pure=True, pack=4)
+    else:
+        return gl.inline_asm_elementwise(_EXP2_ASM_8, _EXP2_REGS_8, [x], dtype=gl.float32, is_pure=True, pack=8)
+
+
 @gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: gl.constexpr,
-                  BM: gl.constexpr, BLOCK_N: gl.constexpr):
+                  BM: gl.constexpr, BLOCK_N: gl.constexpr, POLY: gl.constexpr):
     """Online softmax of one score tile (base 2): P, the new running max and sum, and the factor
     that rescales what was accumulated under the old max."""
     if MASK:  # causal: key column c is visible to query row r when c <= r (Sq = Sk)
@@ -163,7 +216,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: 
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    p = _exp2(s * qk_scale - gl.expand_dims(m_new, 1), POLY)
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -173,7 +226,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: 
 def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, my_turn, other_turn,
            s_zero, qk_scale, row0, MASK: gl.constexpr, PINGPONG: gl.constexpr, FIRST: gl.constexpr,
            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, POLY: gl.constexpr):
     """Key block j (ring position c) scores and the previous block's P·V, both in flight; the
     softmax of S_j runs while the tensor cores finish P_{j-1} V_{j-1}. With PINGPONG the two
     consumer warpgroups take turns (turn counts them) to issue their matmuls, so one's softmax
@@ -189,7 +242,7 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
     if PINGPONG:
         mbarrier.arrive(other_turn, count=1)
     s = warpgroup_mma_wait(1, deps=[s_tok])  # S_j is done; P_{j-1} V_{j-1} may still run
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK, s_layout, BM, BLOCK_N)
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK, s_layout, BM, BLOCK_N, POLY)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -198,10 +251,10 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
 
 @gluon.jit
 def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns, LSE,
-              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale,
+              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              PAIRED: gl.constexpr):
+              PAIRED: gl.constexpr, POLY: gl.constexpr):
     """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
     BM: gl.constexpr = BLOCK_M // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -222,7 +275,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
     c = 0  # key blocks consumed over all tiles: ring slot and phase
     turn = 0  # ping-pong turns taken over all tiles
     for i in range(_tile_count(num_tiles, PAIRED)):
-        start_m, off_hz = _tile(i, n_m, CAUSAL, PAIRED)
+        start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
         n_blocks = _key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)
         row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
@@ -236,17 +289,19 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         s_tok = warpgroup_mma(q_tile, k_smem.index(c % STAGES).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N)
+        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N, POLY)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
         for j in range(1, gl.maximum(n_full, 1)):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
                                          k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
-                                         False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
+                                         False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES,
+                                         POLY)
         for j in range(gl.maximum(n_full, 1), n_blocks):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
                                          k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
-                                         True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
+                                         True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES,
+                                         POLY)
         last = c + n_blocks - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
         o_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
@@ -268,10 +323,10 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
 
 @gluon.jit
-def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles, group,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
-                num_warps: gl.constexpr):
+                POLY: gl.constexpr, num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs."""
     n_m = SQ // BLOCK_M
@@ -301,22 +356,22 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL, PAIRED, POLY)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL, PAIRED, POLY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL, PAIRED)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL, PAIRED, POLY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, BLOCK_M, BLOCK_N, STAGES, PARTS,
+                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL, PAIRED)),
         ], [1], [24])
 
@@ -353,6 +408,25 @@ def shapes_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     return True
 
 
+GROUP_HEADS = True  # causal programs longest first over groups of heads (_grouped); the benchmark compares
+L2_SHARE = 24 * 2**20  # bytes one group of heads may stream through L2 at once (an H200 has 50 MB)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def causal_group(n: int, heads: int, slots: int, head_bytes: int) -> int:
+    """How many heads _grouped interleaves. A head's causal programs have n, n − 1, ..., 1 blocks of
+    work; a group of g heads holds g·n(n + 1)/2, which spread over the `slots` programs the GPU runs
+    at once should be at least n (the longest program), so g ≥ 2·slots / (n + 1). At most as many
+    heads as fit L2_SHARE with head_bytes each (what a head's programs read in common)."""
+    if not GROUP_HEADS:
+        return 1
+    return max(1, min(heads, -(-2 * slots // (n + 1)), L2_SHARE // head_bytes))
+
+
 @functools.lru_cache(maxsize=None)
 def _smem_layout(rows: int, d: int, bf16: bool):
     # cached: building it takes longer than the rest of a descriptor (host time per call matters
@@ -382,14 +456,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
     num_tiles = SQ // bm * B * H
-    programs = num_tiles
-    if cfg.get("PERSISTENT"):
-        per_sm = 2 if cfg.get("maxnreg") == 128 else 1
-        programs = min(num_tiles, per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count)
+    slots = (2 if cfg.get("maxnreg") == 128 else 1) * sm_count(q.device.index)  # programs resident at once
+    programs = min(num_tiles, slots) if cfg.get("PERSISTENT") else num_tiles
     paired = bool(causal) and programs < num_tiles and SQ // bm % 2 == 0  # _tile
+    group = causal_group(SQ // bm, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
     _fwd_kernel[(programs,)](
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
-        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, D=D, BLOCK_M=bm, BLOCK_N=bn,
-        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
+        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm, BLOCK_N=bn,
+        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired, POLY=cfg.get("POLY", 0),
         OWN_O=programs < num_tiles, num_warps=cfg["num_warps"], **extra)
     return o, lse

@@ -31,7 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .flash_hopper import LOG2E, TILE, _descriptor, _origin, _tma_load, _tma_store
+from .flash_hopper import LOG2E, TILE, _descriptor, _grouped, _origin, _tma_load, _tma_store, causal_group, sm_count
 
 
 def _cfg(block_m, block_n, stages):
@@ -191,16 +191,22 @@ def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc,
 
 @gluon.jit
 def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, H, HKV, SQ, SK,
-                   sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, sdkb, sdkh, sdks, qk_scale, sm_scale,
+                   sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, sdkb, sdkh, sdks, qk_scale, sm_scale, group,
                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                    PARTS: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
     """Program (key block, batch·key/value head), key block fastest: the programs running at once
-    read the same head's Q and dO from L2."""
+    read the same head's Q and dO from L2. Causal: key block 0 sees every query block, so the
+    blocks go in that order over groups of heads (_grouped)."""
     n_kb = SK // BLOCK_N
     pid = gl.program_id(0)
-    start_n = pid % n_kb * BLOCK_N
-    b = pid // n_kb // HKV
-    hk = pid // n_kb % HKV
+    if CAUSAL:
+        j, bh = _grouped(pid, n_kb, gl.num_programs(0) // n_kb, group)
+    else:
+        j = pid % n_kb
+        bh = pid // n_kb
+    start_n = j * BLOCK_N
+    b = bh // HKV
+    hk = bh % HKV
     G = H // HKV
     n_m = SQ // BLOCK_M
     dtype: gl.constexpr = q_desc.dtype
@@ -308,17 +314,19 @@ def _q_consumer(q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, dq_desc, L
 
 @gluon.jit
 def _bwd_q_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, H, G, SQ, SK,
-                  sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, qk_scale, sm_scale,
+                  sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, qk_scale, sm_scale, group,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                   PARTS: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
-    """Program (query block, batch·head), query block fastest; causal ones longest first."""
+    """Program (query block, batch·head), query block fastest; causal ones longest first over groups
+    of heads (_grouped)."""
     n_m = SQ // BLOCK_M
     pid = gl.program_id(0)
-    off_hz = pid // n_m
     if CAUSAL:
-        start_m = (n_m - 1 - pid % n_m) * BLOCK_M
+        rank, off_hz = _grouped(pid, n_m, gl.num_programs(0) // n_m, group)
+        start_m = (n_m - 1 - rank) * BLOCK_M
         n_blocks = gl.cdiv(start_m + BLOCK_M, BLOCK_N)
     else:
+        off_hz = pid // n_m
         start_m = pid % n_m * BLOCK_M
         n_blocks = SK // BLOCK_N
     b = off_hz // H
@@ -365,10 +373,12 @@ def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float,
     cfg = cfg or CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     assert SQ % TILE == 0 and SK % TILE == 0 and dk.stride() == dv.stride()
+    # one program per SM at a time; what a key/value head's programs share is its group's Q and dO
+    group = causal_group(SK // bn, B * HKV, sm_count(q.device.index), 2 * SQ * D * q.element_size() * H // HKV)
     _bwd_kv_kernel[(SK // bn * B * HKV,)](
         _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts), _descriptor(v, bn // parts),
         _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV, SQ, SK,
-        *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
+        *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale, group,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)
 
 
@@ -379,8 +389,9 @@ def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg:
     cfg = cfg or Q_CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     assert SQ % TILE == 0 and SK % TILE == 0 and dq.stride() == q.stride()
+    group = causal_group(SQ // bm, B * H, sm_count(q.device.index), 2 * SK * D * k.element_size() * HKV // H)
     _bwd_q_kernel[(SQ // bm * B * H,)](
         _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn), _descriptor(v, bn),
         _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3], *do.stride()[:3],
-        *k.stride()[:3], sm_scale * LOG2E, sm_scale,
+        *k.stride()[:3], sm_scale * LOG2E, sm_scale, group,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)

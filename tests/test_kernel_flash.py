@@ -752,11 +752,12 @@ def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq", [2048, 1920])
-def test_gpu_every_gluon_config_is_correct(d, causal, seq):
+def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
     """Every configuration. 2 · 16 · 2048 / 128 = 512 tiles: more than the persistent configs'
     programs (132 or 264), so their loop over tiles, the ring and the ping-pong turns carry over
     from one tile to the next, and causal ones run their tiles in long-short pairs. 1920 gives 15
-    query blocks per head, an odd count that cannot pair up (the persistent configs alone)."""
+    query blocks per head, an odd count that cannot pair up (the persistent configs alone). Causal
+    programs also run in groups of 3 of the 32 heads, the last group smaller (_grouped)."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
@@ -765,12 +766,15 @@ def test_gpu_every_gluon_config_is_correct(d, causal, seq):
     scale = 1 / math.sqrt(d)
     ref = reference(q, k, v, causal, scale, dtype=torch.float32)
     naive = _naive_low_precision(q, k, v, causal, scale)
-    for cfg in flash_hopper.CANDIDATES[d]:
-        if seq % 256 and not cfg["PERSISTENT"]:
-            continue
-        o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
-        _fa_rule(f"o with {cfg}", o, naive[0], ref[0])
-        assert (lse - ref[1]).abs().max().item() < 1e-2, f"lse with {cfg}"
+    chosen = flash_hopper.causal_group
+    for group in (None, 3) if causal else (None,):
+        monkeypatch.setattr(flash_hopper, "causal_group", (lambda *a: group) if group else chosen)
+        for cfg in flash_hopper.CANDIDATES[d]:
+            if seq % 256 and not cfg["PERSISTENT"]:
+                continue
+            o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
+            _fa_rule(f"o with {cfg}, group {group}", o, naive[0], ref[0])
+            assert (lse - ref[1]).abs().max().item() < 1e-2, f"lse with {cfg}, group {group}"
 
 
 @pytest.mark.gpu
@@ -799,12 +803,14 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
 def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
     """The "hopper" backward plan (kernels/flash_hopper_bwd.py) with each config of each pass: MHA in
     [B, H, S, D] and GQA 8/2 as [B, S, H, D] views, under FlashAttention's error rule and bitwise
-    equal over two runs (no atomics: every sum runs in a fixed order)."""
+    equal over two runs (no atomics: every sum runs in a fixed order). Causal programs run in
+    groups of 3 heads, so the last group of the 16 or 4 is smaller (_grouped)."""
     if not _hopper():
         pytest.skip("the Gluon backward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper_bwd
 
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    monkeypatch.setattr(flash_hopper_bwd, "causal_group", lambda *a: 3)
     monkeypatch.setattr(flash_mod, "BACKWARD", "hopper")
     calls = []
     for name in ("backward_kv", "backward_q"):
@@ -869,10 +875,10 @@ def build(d, cfg):
     rows = cfg["BLOCK_M"] // cfg["PARTS"]
     sig = dict(q_desc=desc(rows), k_desc=desc(cfg["BLOCK_N"]), v_desc=desc(cfg["BLOCK_N"]), o_desc=desc(rows),
                LSE="*fp32", H="i32", G="i32", SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"},
-               qk_scale="fp32", num_tiles="i32")
+               qk_scale="fp32", num_tiles="i32", group="i32")
     many = bool(cfg["PERSISTENT"])  # a persistent program runs several tiles: paired, own O buffer
     consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=True,
-                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, num_warps=cfg["num_warps"])
+                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, POLY=cfg.get("POLY", 0), num_warps=cfg["num_warps"])
     sig.update({name: "constexpr" for name in consts})
     options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] else {}))
     return triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
@@ -895,7 +901,7 @@ def build_bwd(kernel, d, cfg, causal):
         sig = dict(q_desc=desc(bm // parts), do_desc=desc(bm // parts), k_desc=desc(bn), v_desc=desc(bn),
                    dq_desc=desc(bm // parts), LSE2="*fp32", DELTA="*fp32", H="i32", G="i32")
     sig.update(SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in tensors for a in "bhs"}, qk_scale="fp32",
-               sm_scale="fp32")
+               sm_scale="fp32", group="i32")
     consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=causal, num_warps=4)
     sig.update({name: "constexpr" for name in consts})
     return triton_compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
