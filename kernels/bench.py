@@ -878,14 +878,13 @@ def bench_bwd_kernels(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, cau
 
 def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384,
                        log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """Causal programs head by head against longest first over groups of heads (flash_hopper._grouped,
-    kernels/NOTES.md h1), in one run: each one-tile Gluon forward config, and the whole backward with
-    both passes in Gluon (first configs). The Triton split backward does not change with the order:
-    its two columns say how far the timing moves by itself."""
+    """Causal forward programs head by head against longest first over groups of heads
+    (flash_hopper._grouped, kernels/NOTES.md h1), each one-tile Gluon config, in one run. The Triton
+    forward does not change with the setting: its two columns say how far the timing moves by itself."""
     import torch
 
     from drill.kernels import flash as fl
-    from drill.kernels import flash_attention, flash_hopper, flash_hopper_bwd
+    from drill.kernels import flash_attention, flash_hopper
 
     groups: list[int] = []
     chosen = flash_hopper.causal_group
@@ -894,39 +893,42 @@ def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 163
         groups.append(chosen(*a))
         return groups[-1]
 
-    ours = lambda q_, k_, v_, c, sc: flash_attention(q_, k_, v_, causal=c, sm_scale=sc)  # noqa: E731
+    def triton_only(q_, k_, v_, c, sc):
+        saved, fl.FORWARD = fl.FORWARD, "triton"
+        try:
+            return flash_attention(q_, k_, v_, causal=c, sm_scale=sc)
+        finally:
+            fl.FORWARD = saved
+
     rows = []
-    lines = ["| D | S | pass | kernel | heads per group | TFLOP/s head by head | TFLOP/s grouped | grouped / head by head |",
-             "|" + "---|" * 8]
-    saved = fl.BACKWARD, flash_hopper.GROUP_HEADS
+    lines = ["| D | S | kernel | heads per group | TFLOP/s head by head | TFLOP/s grouped | grouped / head by head |",
+             "|" + "---|" * 7]
     for case in bench_cases(ds, seqs, tokens, (True,)):
         d, s, b, h = case["d"], case["s"], case["b"], case["h"]
         q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d)
         scale = 1.0 / math.sqrt(d)
-        jobs = [(f"Gluon fwd {i}: {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} p{cfg['PARTS']} poly{cfg['POLY']}",
-                 "fwd", lambda q_, k_, v_, c, sc, cfg=cfg: flash_hopper.forward(q_, k_, v_, c, sc, cfg)[0])
-                for i, cfg in enumerate(flash_hopper.CANDIDATES[d]) if not cfg["PERSISTENT"]]
-        jobs += [("Gluon bwd (both passes)", "bwd", ours), ("Triton bwd (split, not grouped)", "bwd", ours)]
-        for name, pass_, fn in jobs:
-            fl.BACKWARD = "split" if name.startswith("Triton") else "hopper"
+        jobs = [(f"Gluon {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} parts {cfg['PARTS']}",
+                 lambda q_, k_, v_, c, sc, cfg=cfg: flash_hopper.forward(q_, k_, v_, c, sc, cfg)[0])
+                for cfg in flash_hopper.CANDIDATES[d] if not cfg["PERSISTENT"]]
+        jobs.append(("Triton (never grouped)", triton_only))
+        for name, fn in jobs:
             tf = {}
+            groups.clear()
+            flash_hopper.causal_group = recording
             try:
                 for grouped in (False, True):
                     flash_hopper.GROUP_HEADS = grouped
-                    groups.clear()
-                    flash_hopper.causal_group = flash_hopper_bwd.causal_group = recording
-                    ms, _ = _time_impl(fn, q, k, v, True, scale, pass_, None)
-                    tf[grouped] = flops(b, h, s, d, True, pass_) / ms * 1e-9
+                    ms, _ = _time_impl(fn, q, k, v, True, scale, "fwd", None)
+                    tf[grouped] = flops(b, h, s, d, True, "fwd") / ms * 1e-9
             except Exception as exc:  # noqa: BLE001 - a row of the table, not the end of it
                 log(f"{name} d={d} s={s}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
             finally:
-                flash_hopper.causal_group = flash_hopper_bwd.causal_group = chosen
-                fl.BACKWARD, flash_hopper.GROUP_HEADS = saved
+                flash_hopper.causal_group, flash_hopper.GROUP_HEADS = chosen, True
             used = "/".join(str(g) for g in sorted(set(groups))) or "-"
-            rows.append({"d": d, "s": s, "pass": pass_, "kernel": name, "groups": used, "tflops_heads": tf[False],
+            rows.append({"d": d, "s": s, "kernel": name, "groups": used, "tflops_heads": tf[False],
                          "tflops_grouped": tf[True]})
-            lines.append(f"| {d} | {s // 1024}k | {pass_} | {name} | {used} | {tf[False]:.0f} | {tf[True]:.0f} | "
+            lines.append(f"| {d} | {s // 1024}k | {name} | {used} | {tf[False]:.0f} | {tf[True]:.0f} | "
                          f"{tf[True] / tf[False]:.3f} |")
             log(lines[-1])
         del q, k, v

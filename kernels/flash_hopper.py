@@ -47,9 +47,9 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 LOG2E = 1.4426950408889634
 
 
-def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=False, poly=0):
+def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=False):
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, num_warps=warps, maxnreg=maxnreg, PARTS=parts,
-                PERSISTENT=persistent, POLY=poly)
+                PERSISTENT=persistent)
 
 
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
@@ -62,12 +62,9 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
 CANDIDATES = {
     64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
-         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True),
-         _cfg(128, 64, 3, 4, 128, poly=4), _cfg(128, 64, 3, 4, 128, poly=8), _cfg(128, 128, 3, 4, parts=2, poly=4),
-         _cfg(128, 128, 3, 4, parts=2, poly=8)],
+         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
-          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8),
-          _cfg(128, 128, 3, 4, parts=2, poly=8)],
+          _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
 TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
 
@@ -91,11 +88,16 @@ def _grouped(t, n, heads, group):
     rank-0 block of a group, then every head's rank-1 block, and so on (kernels/NOTES.md h1).
     Head by head (group = 1) the last heads' longest blocks start in the last wave and run on
     alone; a group whose work fills the GPU twice over ends on short blocks instead, and a few
-    heads at a time still share L2 (all heads at once lost to L2 misses, NOTES v8)."""
-    g = t // (group * n)
-    width = gl.minimum(group, heads - g * group)  # the last group may be smaller
-    r = t - g * group * n
-    return r // width, g * group + r % width
+    heads at a time still share L2 (all heads at once lost to L2 misses, NOTES v8). When group
+    does not divide heads the smaller group goes first, so the grid ends on a full one."""
+    rem = heads % group
+    if t < rem * n:
+        return t // rem, t % rem
+    else:
+        u = t - rem * n
+        g = u // (group * n)
+        r = u - g * group * n
+        return r // group, rem + g * group + r % group
 
 
 @gluon.jit
@@ -171,44 +173,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             c += 1
 
 
-def _exp2_asm(pack: int) -> str:
-    """PTX for 2^x of `pack` elements of one thread: the first pack − 1 on the special-function unit
-    (ex2), the last by FlashAttention-4's polynomial on the FMA units. Adding 1.5·2^23 rounds x to an
-    integer j held in t's low mantissa bits; 2^(x − j), x − j in [−0.5, 0.5], is a degree-3 minimax
-    polynomial (relative error 7.5e-5, below bf16's rounding of P); t's bits shifted left by 23 add j
-    to the polynomial's exponent. x is clamped at −125 so the result stays a normal number (2^−125
-    where ex2 gives 0: nothing beside a row sum ≥ 1). Same numbers as flash.py's _exp2_fma."""
-    ex2 = "".join(f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1))
-    return ("{ .reg .f32 ex_x, ex_t, ex_f, ex_p; .reg .b32 ex_tb, ex_pb; " + ex2 +
-            f"max.f32 ex_x, ${2 * pack - 1}, 0fC2FA0000; add.rn.f32 ex_t, ex_x, 0f4B400000; "
-            "sub.rn.f32 ex_f, ex_t, 0f4B400000; sub.rn.f32 ex_f, ex_x, ex_f; "
-            "fma.rn.f32 ex_p, ex_f, 0f3D61FB70, 0f3E786EF8; fma.rn.f32 ex_p, ex_p, ex_f, 0f3F31798D; "
-            "fma.rn.f32 ex_p, ex_p, ex_f, 0f3F7FFB4A; mov.b32 ex_tb, ex_t; shl.b32 ex_tb, ex_tb, 23; "
-            f"mov.b32 ex_pb, ex_p; add.s32 ex_pb, ex_pb, ex_tb; mov.b32 ${pack - 1}, ex_pb; }}")
-
-
-_EXP2_ASM_4 = gl.constexpr(_exp2_asm(4))
-_EXP2_ASM_8 = gl.constexpr(_exp2_asm(8))
-_EXP2_REGS_4 = gl.constexpr(",".join(["=f"] * 4 + ["f"] * 4))  # outputs, then inputs
-_EXP2_REGS_8 = gl.constexpr(",".join(["=f"] * 8 + ["f"] * 8))
-
-
-@gluon.jit
-def _exp2(x, POLY: gl.constexpr):
-    """2^x, one element in POLY (4 or 8; 0: none) off the special-function unit (kernels/NOTES.md h2:
-    at D = 64 a score tile's exponentials take that unit as long as its two matmuls take the tensor
-    cores)."""
-    if POLY == 0:
-        return gl.exp2(x)
-    elif POLY == 4:
-        return gl.inline_asm_elementwise(_EXP2_ASM_4, _EXP2_REGS_4, [x], dtype=gl.float32, is_pure=True, pack=4)
-    else:
-        return gl.inline_asm_elementwise(_EXP2_ASM_8, _EXP2_REGS_8, [x], dtype=gl.float32, is_pure=True, pack=8)
-
-
 @gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: gl.constexpr,
-                  BM: gl.constexpr, BLOCK_N: gl.constexpr, POLY: gl.constexpr):
+                  BM: gl.constexpr, BLOCK_N: gl.constexpr):
     """Online softmax of one score tile (base 2): P, the new running max and sum, and the factor
     that rescales what was accumulated under the old max."""
     if MASK:  # causal: key column c is visible to query row r when c <= r (Sq = Sk)
@@ -216,7 +183,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: 
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0
-    p = _exp2(s * qk_scale - gl.expand_dims(m_new, 1), POLY)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -226,7 +193,7 @@ def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: 
 def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, my_turn, other_turn,
            s_zero, qk_scale, row0, MASK: gl.constexpr, PINGPONG: gl.constexpr, FIRST: gl.constexpr,
            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, POLY: gl.constexpr):
+           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """Key block j (ring position c) scores and the previous block's P·V, both in flight; the
     softmax of S_j runs while the tensor cores finish P_{j-1} V_{j-1}. With PINGPONG the two
     consumer warpgroups take turns (turn counts them) to issue their matmuls, so one's softmax
@@ -242,7 +209,7 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
     if PINGPONG:
         mbarrier.arrive(other_turn, count=1)
     s = warpgroup_mma_wait(1, deps=[s_tok])  # S_j is done; P_{j-1} V_{j-1} may still run
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK, s_layout, BM, BLOCK_N, POLY)
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK, s_layout, BM, BLOCK_N)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -254,7 +221,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
               H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              PAIRED: gl.constexpr, POLY: gl.constexpr):
+              PAIRED: gl.constexpr):
     """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
     BM: gl.constexpr = BLOCK_M // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -289,19 +256,17 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         s_tok = warpgroup_mma(q_tile, k_smem.index(c % STAGES).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N, POLY)
+        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
         for j in range(1, gl.maximum(n_full, 1)):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
                                          k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
-                                         False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES,
-                                         POLY)
+                                         False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
         for j in range(gl.maximum(n_full, 1), n_blocks):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
                                          k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
-                                         True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES,
-                                         POLY)
+                                         True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
         last = c + n_blocks - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
         o_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
@@ -326,7 +291,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles, group,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
-                POLY: gl.constexpr, num_warps: gl.constexpr):
+                num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs."""
     n_m = SQ // BLOCK_M
@@ -357,10 +322,10 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED, POLY)),
+                         CAUSAL, PAIRED)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED, POLY)),
+                         CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL, PAIRED)),
@@ -369,7 +334,7 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED, POLY)),
+                         CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL, PAIRED)),
@@ -463,6 +428,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     _fwd_kernel[(programs,)](
         _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
         *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm, BLOCK_N=bn,
-        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired, POLY=cfg.get("POLY", 0),
+        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
         OWN_O=programs < num_tiles, num_warps=cfg["num_warps"], **extra)
     return o, lse

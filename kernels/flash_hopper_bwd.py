@@ -31,18 +31,19 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .flash_hopper import LOG2E, TILE, _descriptor, _grouped, _origin, _tma_load, _tma_store, causal_group, sm_count
+from .flash_hopper import LOG2E, TILE, _descriptor, _origin, _tma_load, _tma_store
 
 
-def _cfg(block_m, block_n, stages):
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=2)  # two consumer warpgroups
+def _cfg(block_m, block_n, stages, reverse=False):
+    # two consumer warpgroups; REVERSE (dK/dV): query blocks last to first (kernels/NOTES.md h3)
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=2, REVERSE=reverse)
 
 
 # Per head dim, best first. dK/dV: BLOCK_M query rows streamed per step against BLOCK_N keys per
 # program, 64 key rows per warpgroup (wgmma's M; 32-row query blocks lost 10-15 %, NOTES b2).
 CANDIDATES = {
-    64: [_cfg(64, 128, 3), _cfg(64, 128, 4)],
-    128: [_cfg(64, 128, 2), _cfg(64, 128, 3)],
+    64: [_cfg(64, 128, 3), _cfg(64, 128, 4), _cfg(64, 128, 3, reverse=True)],
+    128: [_cfg(64, 128, 2), _cfg(64, 128, 3), _cfg(64, 128, 2, reverse=True)],
 }
 # dQ: BLOCK_M query rows per program in PARTS warpgroups of 64, BLOCK_N keys streamed per step
 Q_CANDIDATES = {
@@ -67,7 +68,7 @@ def _query_blocks(start_n, n_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CA
 def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                  b, hk, start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
-                 CAUSAL: gl.constexpr):
+                 CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
     """One warp: this program's K and V once, then every (query head of the group, query block)
     Q and dO into slot it % STAGES, in the order the consumers take them."""
     BNP: gl.constexpr = BLOCK_N // PARTS
@@ -82,7 +83,8 @@ def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sme
         h = hk * G + g
         q_row, q_col = _origin(b, h, sqb, sqh, sqs)
         do_row, do_col = _origin(b, h, sdob, sdoh, sdos)
-        for i in range(first, n_m):
+        for t in range(first, n_m):
+            i = n_m - 1 - (t - first) if REVERSE else t
             slot = it % STAGES
             mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)  # fresh barriers pass once
             mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
@@ -148,7 +150,7 @@ def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_p
 def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA,
                  b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale,
                  PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
-                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
     """One warpgroup: keys [PART·BNP, (PART+1)·BNP) of the program's block; dK, dV of those rows."""
     BNP: gl.constexpr = BLOCK_N // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -170,14 +172,26 @@ def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc,
         h = hk * G + g
         lse_ptr = LSE2 + (b * H + h) * SQ
         delta_ptr = DELTA + (b * H + h) * SQ
-        for i in range(first, unmasked):  # causal: the blocks on the diagonal
-            dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
-                           s_zero, qk_scale, inv_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
-            it += 1
-        for i in range(gl.maximum(first, unmasked), n_m):
-            dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols,
-                           s_zero, qk_scale, inv_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
-            it += 1
+        if REVERSE:  # from the last query block down: a head's programs all start on the same block
+            for t in range(gl.maximum(first, unmasked), n_m):
+                dk, dv = _kv_step(it, n_m - 1 - t + gl.maximum(first, unmasked), dk, dv, k_tile, v_tile, q_smem,
+                                  do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero, qk_scale, inv_scale, False,
+                                  s_layout, op_layout, BLOCK_M, STAGES)
+                it += 1
+            for t in range(first, unmasked):  # causal: the blocks on the diagonal
+                dk, dv = _kv_step(it, unmasked - 1 - t + first, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty,
+                                  lse_ptr, delta_ptr, kcols, s_zero, qk_scale, inv_scale, True, s_layout, op_layout,
+                                  BLOCK_M, STAGES)
+                it += 1
+        else:
+            for i in range(first, unmasked):  # causal: the blocks on the diagonal
+                dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr,
+                                  kcols, s_zero, qk_scale, inv_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
+                it += 1
+            for i in range(gl.maximum(first, unmasked), n_m):
+                dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr,
+                                  kcols, s_zero, qk_scale, inv_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
+                it += 1
     # every matmul reading K and V is done: dK and dV leave through their buffers
     dtype: gl.constexpr = k_smem.dtype
     k_tile.store((dk * sm_scale).to(dtype))
@@ -191,22 +205,16 @@ def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc,
 
 @gluon.jit
 def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELTA, H, HKV, SQ, SK,
-                   sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, sdkb, sdkh, sdks, qk_scale, sm_scale, group,
+                   sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, sdkb, sdkh, sdks, qk_scale, sm_scale,
                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                   PARTS: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                   PARTS: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr, num_warps: gl.constexpr):
     """Program (key block, batch·key/value head), key block fastest: the programs running at once
-    read the same head's Q and dO from L2. Causal: key block 0 sees every query block, so the
-    blocks go in that order over groups of heads (_grouped)."""
+    read the same head's Q and dO from L2."""
     n_kb = SK // BLOCK_N
     pid = gl.program_id(0)
-    if CAUSAL:
-        j, bh = _grouped(pid, n_kb, gl.num_programs(0) // n_kb, group)
-    else:
-        j = pid % n_kb
-        bh = pid // n_kb
-    start_n = j * BLOCK_N
-    b = bh // HKV
-    hk = bh % HKV
+    start_n = pid % n_kb * BLOCK_N
+    b = pid // n_kb // HKV
+    hk = pid // n_kb % HKV
     G = H // HKV
     n_m = SQ // BLOCK_M
     dtype: gl.constexpr = q_desc.dtype
@@ -219,13 +227,13 @@ def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELT
     gl.warp_specialize([
         (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N,
-                        STAGES, CAUSAL)),
+                        STAGES, CAUSAL, REVERSE)),
         (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
                         start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 1, 2, D, BLOCK_M, BLOCK_N,
-                        STAGES, CAUSAL)),
+                        STAGES, CAUSAL, REVERSE)),
         (_kv_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
                         start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
-                        PARTS, CAUSAL)),
+                        PARTS, CAUSAL, REVERSE)),
     ], [4, 1], [240, 24])  # consumer 2, producer: registers each (the first takes the rest)
 
 
@@ -314,19 +322,17 @@ def _q_consumer(q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, dq_desc, L
 
 @gluon.jit
 def _bwd_q_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, H, G, SQ, SK,
-                  sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, qk_scale, sm_scale, group,
+                  sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, qk_scale, sm_scale,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                   PARTS: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
-    """Program (query block, batch·head), query block fastest; causal ones longest first over groups
-    of heads (_grouped)."""
+    """Program (query block, batch·head), query block fastest; causal ones longest first."""
     n_m = SQ // BLOCK_M
     pid = gl.program_id(0)
+    off_hz = pid // n_m
     if CAUSAL:
-        rank, off_hz = _grouped(pid, n_m, gl.num_programs(0) // n_m, group)
-        start_m = (n_m - 1 - rank) * BLOCK_M
+        start_m = (n_m - 1 - pid % n_m) * BLOCK_M
         n_blocks = gl.cdiv(start_m + BLOCK_M, BLOCK_N)
     else:
-        off_hz = pid // n_m
         start_m = pid % n_m * BLOCK_M
         n_blocks = SK // BLOCK_N
     b = off_hz // H
@@ -373,13 +379,12 @@ def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float,
     cfg = cfg or CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     assert SQ % TILE == 0 and SK % TILE == 0 and dk.stride() == dv.stride()
-    # one program per SM at a time; what a key/value head's programs share is its group's Q and dO
-    group = causal_group(SK // bn, B * HKV, sm_count(q.device.index), 2 * SQ * D * q.element_size() * H // HKV)
     _bwd_kv_kernel[(SK // bn * B * HKV,)](
         _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts), _descriptor(v, bn // parts),
         _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV, SQ, SK,
-        *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale, group,
-        D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)
+        *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
+        D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal),
+        REVERSE=cfg.get("REVERSE", False), num_warps=4)
 
 
 def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg: dict | None = None):
@@ -389,9 +394,8 @@ def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg:
     cfg = cfg or Q_CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     assert SQ % TILE == 0 and SK % TILE == 0 and dq.stride() == q.stride()
-    group = causal_group(SQ // bm, B * H, sm_count(q.device.index), 2 * SK * D * k.element_size() * HKV // H)
     _bwd_q_kernel[(SQ // bm * B * H,)](
         _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn), _descriptor(v, bn),
         _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3], *do.stride()[:3],
-        *k.stride()[:3], sm_scale * LOG2E, sm_scale, group,
+        *k.stride()[:3], sm_scale * LOG2E, sm_scale,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)

@@ -223,7 +223,7 @@ def step_flash_features(ctx: Context) -> StepResult:
                            ("Forward variants pinned side by side", bench.bench_variants, None),
                            ("Backward variants pinned side by side", bench.bench_bwd_variants, None),
                            ("Backward: GPU time per kernel", bench.bench_bwd_kernels, None),
-                           ("Causal programs head by head against grouped", bench.bench_causal_order, None),
+                           ("Causal forward programs head by head against grouped", bench.bench_causal_order, None),
                            ("Gluon forward (warp-specialised, async wgmma) against Triton and cuDNN",
                             bench.bench_gluon, None),
                            ("Every forward config in both layouts", bench.gluon_layout_configs, None),

@@ -803,14 +803,12 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
 def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
     """The "hopper" backward plan (kernels/flash_hopper_bwd.py) with each config of each pass: MHA in
     [B, H, S, D] and GQA 8/2 as [B, S, H, D] views, under FlashAttention's error rule and bitwise
-    equal over two runs (no atomics: every sum runs in a fixed order). Causal programs run in
-    groups of 3 heads, so the last group of the 16 or 4 is smaller (_grouped)."""
+    equal over two runs (no atomics: every sum runs in a fixed order)."""
     if not _hopper():
         pytest.skip("the Gluon backward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper_bwd
 
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
-    monkeypatch.setattr(flash_hopper_bwd, "causal_group", lambda *a: 3)
     monkeypatch.setattr(flash_mod, "BACKWARD", "hopper")
     calls = []
     for name in ("backward_kv", "backward_q"):
@@ -878,7 +876,7 @@ def build(d, cfg):
                qk_scale="fp32", num_tiles="i32", group="i32")
     many = bool(cfg["PERSISTENT"])  # a persistent program runs several tiles: paired, own O buffer
     consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=True,
-                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, POLY=cfg.get("POLY", 0), num_warps=cfg["num_warps"])
+                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, num_warps=cfg["num_warps"])
     sig.update({name: "constexpr" for name in consts})
     options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] else {}))
     return triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
@@ -901,8 +899,10 @@ def build_bwd(kernel, d, cfg, causal):
         sig = dict(q_desc=desc(bm // parts), do_desc=desc(bm // parts), k_desc=desc(bn), v_desc=desc(bn),
                    dq_desc=desc(bm // parts), LSE2="*fp32", DELTA="*fp32", H="i32", G="i32")
     sig.update(SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in tensors for a in "bhs"}, qk_scale="fp32",
-               sm_scale="fp32", group="i32")
+               sm_scale="fp32")
     consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=causal, num_warps=4)
+    if kernel == "kv":
+        consts["REVERSE"] = cfg["REVERSE"]
     sig.update({name: "constexpr" for name in consts})
     return triton_compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4))
