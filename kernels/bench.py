@@ -748,7 +748,8 @@ def bwd_variant_configs(d: int, plans=("split", "hopper")) -> dict[str, tuple[st
     out = {"split (tuned)": ("split", {}), "onepass (tuned)": ("onepass", {})}
     for kind, cands in (("kv", flash_hopper_bwd.CANDIDATES), ("q", flash_hopper_bwd.Q_CANDIDATES)):
         for cfg in cands.get(d, []):  # the other pass with its first config
-            name = f"Gluon, {'dK/dV' if kind == 'kv' else 'dQ'} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}"
+            name = (f"Gluon, {'dK/dV' if kind == 'kv' else 'dQ'} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}"
+                    + (" reversed" if cfg.get("REVERSE") else ""))
             out[name] = ("hopper", {f"bwd_{kind}_gluon": cfg})
     out["atomic (not deterministic)"] = ("atomic", {})
     return {name: v for name, v in out.items() if v[0] in plans}
