@@ -675,6 +675,58 @@ def gluon_layout_configs(log: Callable[[str], None] = print) -> tuple[list[dict]
     return rows, "\n".join(lines)
 
 
+def bench_short_backward(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[[str], None] = print
+                         ) -> tuple[list[dict], str]:
+    """S = 1k causal backward, where our row of the main table has swung between 0.57 and 0.88× cuDNN
+    (kernels/NOTES.md h4): per backward plan and for cuDNN, the host µs per call, the do_bench time
+    (as the main table times it) and the GPU time alone (the kernels' time in torch.profiler, 10
+    calls). A plan whose host time exceeds its GPU time is host-bound: its eager figure measures
+    Python and launches, not the kernels."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    rows = []
+    lines = ["| D | implementation | host µs per call | GPU µs per call | eager TFLOP/s | GPU-only TFLOP/s |",
+             "|" + "---|" * 6]
+    saved = fl.BACKWARD
+    for d in ds:
+        h = HEADS.get(d, 16)
+        b = max(1, tokens // s)
+        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d)
+        do = torch.randn_like(q)
+        fl_ = flops(b, h, s, d, True, "bwd")
+        scale = 1.0 / math.sqrt(d)
+        impls = {f"ours, {plan}": (plan, lambda a, b_, c: flash_attention(a, b_, c, causal=True, sm_scale=scale))
+                 for plan in ("split", "hopper", "auto")}
+        impls["SDPA cuDNN"] = (saved, lambda a, b_, c: cudnn(a, b_, c, True, scale))
+        for name, (plan, fwd) in impls.items():
+            fl.BACKWARD = plan
+            try:
+                qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+                o = fwd(qg, kg, vg)
+                grad = lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)  # noqa: E731
+                grad()  # tunes outside the timing
+                host, eager = host_us(grad), _median_ms(grad)
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(10):
+                        grad()
+                    torch.cuda.synchronize()
+                gpu_us = sum(ev.device_time for ev in prof.events()
+                             if ev.device_type == torch.autograd.DeviceType.CUDA) / 10
+            finally:
+                fl.BACKWARD = saved
+            rows.append({"d": d, "impl": name, "host_us": host, "gpu_us": gpu_us, "eager_tflops": fl_ / eager * 1e-9,
+                         "gpu_tflops": fl_ / gpu_us * 1e-6})
+            lines.append(f"| {d} | {name} | {host:.0f} | {gpu_us:.0f} | {fl_ / eager * 1e-9:.0f} | "
+                         f"{fl_ / gpu_us * 1e-6:.0f} |")
+            log(lines[-1])
+    return rows, "\n".join(lines)
+
+
 def host_us(fn: Callable, calls: int = 200) -> float:
     """Host microseconds per call, the GPU left to run behind: what a call costs the CPU."""
     import torch

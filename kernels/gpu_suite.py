@@ -227,7 +227,8 @@ def step_flash_features(ctx: Context) -> StepResult:
                            ("Gluon forward (warp-specialised, async wgmma) against Triton and cuDNN",
                             bench.bench_gluon, None),
                            ("Every forward config in both layouts", bench.gluon_layout_configs, None),
-                           ("S = 1k: host cost per call, eager and CUDA-graph time", bench.bench_short, None)):
+                           ("S = 1k: host cost per call, eager and CUDA-graph time", bench.bench_short, None),
+                           ("S = 1k causal backward: host and GPU time per call", bench.bench_short_backward, None)):
         if ctx.args.features and fn.__name__ not in ctx.args.features.split(","):
             continue
         ctx.log(f"-- {title}")
@@ -398,8 +399,8 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--tests", default="tests", help="comma-separated test paths for the tests step")
     ap.add_argument("--impls", help="comma-separated implementations for flash_bench (default: all)")
     ap.add_argument("--features", help="comma-separated tables for flash_features (bench_gqa, bench_layouts, "
-                    "fp32_accuracy, bench_variants, bench_bwd_variants, bench_bwd_kernels, bench_causal_order, bench_gluon, gluon_layout_configs, "
-                    "bench_short; default: all)")
+                    "fp32_accuracy, bench_variants, bench_bwd_variants, bench_bwd_kernels, bench_causal_order, "
+                    "bench_gluon, gluon_layout_configs, bench_short, bench_short_backward; default: all)")
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
