@@ -394,6 +394,19 @@ def test_cpu_backward_pick_keeps_the_fastest_correct_kernel_per_pass(monkeypatch
     assert picks == {"kv": {"name": "kv_a"}, "q": None}
 
 
+def test_cpu_fastest_keeps_each_candidates_best_round(monkeypatch):
+    """_fastest times every candidate in two interleaved rounds and keeps each one's best: a
+    candidate caught once by a slow moment still wins when it is the faster, and one round alone
+    would have picked the other."""
+    import triton
+
+    timings = {"a": iter([2.0, 0.8]), "b": iter([1.0, 1.0])}  # a's first timing hit a clock dip
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **_: next(timings[fn()]))
+    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}) == "a"
+    timings = {"a": iter([2.0]), "b": iter([1.0])}
+    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, rounds=1) == "b"
+
+
 def test_cpu_backward_plan_switch(monkeypatch):
     """An unknown backward plan is an error, not a silent default."""
     q = torch.randn(1, 1, 8, 16, requires_grad=True)
