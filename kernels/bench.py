@@ -576,6 +576,18 @@ def bench_short(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[
     return rows, "\n".join(lines)
 
 
+def _triton_forward_only(q, k, v, causal, scale):
+    """Our forward with the plan pinned to flash.py's Triton kernel (the Gluon kernels' baseline)."""
+    from drill.kernels import flash as fl
+    from drill.kernels import flash_attention
+
+    saved, fl.FORWARD = fl.FORWARD, "triton"
+    try:
+        return flash_attention(q, k, v, causal=causal, sm_scale=scale)
+    finally:
+        fl.FORWARD = saved
+
+
 def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
                 log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """The Gluon forward (kernels/flash_hopper.py) against the Triton forward alone (tuned) and SDPA
@@ -583,19 +595,10 @@ def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash_attention, flash_hopper
+    from drill.kernels import flash_hopper
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
-    from drill.kernels import flash as fl
-
-    def triton_only(q, k, v, c, sc):
-        saved, fl.FORWARD = fl.FORWARD, "triton"
-        try:
-            return flash_attention(q, k, v, causal=c, sm_scale=sc)
-        finally:
-            fl.FORWARD = saved
-
-    base = {"cudnn": cudnn, "ours": triton_only}
+    base = {"cudnn": cudnn, "ours": _triton_forward_only}
     rows = []
     lines = ["| D | S | mask | Gluon TFLOP/s | Triton kernel TFLOP/s | cuDNN TFLOP/s | Gluon / cuDNN | "
              "Triton / cuDNN | Gluon / Triton | Gluon max err vs cuDNN | Gluon config (BLOCK_M, BLOCK_N, stages, "
@@ -936,8 +939,7 @@ def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 163
     forward does not change with the setting: its two columns say how far the timing moves by itself."""
     import torch
 
-    from drill.kernels import flash as fl
-    from drill.kernels import flash_attention, flash_hopper
+    from drill.kernels import flash_hopper
 
     groups: list[int] = []
     chosen = flash_hopper.causal_group
@@ -945,13 +947,6 @@ def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 163
     def recording(*a):
         groups.append(chosen(*a))
         return groups[-1]
-
-    def triton_only(q_, k_, v_, c, sc):
-        saved, fl.FORWARD = fl.FORWARD, "triton"
-        try:
-            return flash_attention(q_, k_, v_, causal=c, sm_scale=sc)
-        finally:
-            fl.FORWARD = saved
 
     rows = []
     lines = ["| D | S | kernel | heads per group | TFLOP/s head by head | TFLOP/s grouped | grouped / head by head |",
@@ -963,7 +958,7 @@ def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 163
         jobs = [(f"Gluon {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} parts {cfg['PARTS']}",
                  lambda q_, k_, v_, c, sc, cfg=cfg: flash_hopper.forward(q_, k_, v_, c, sc, cfg)[0])
                 for cfg in flash_hopper.CANDIDATES[d] if not cfg["PERSISTENT"]]
-        jobs.append(("Triton (never grouped)", triton_only))
+        jobs.append(("Triton (never grouped)", _triton_forward_only))
         for name, fn in jobs:
             tf = {}
             groups.clear()

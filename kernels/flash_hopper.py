@@ -288,7 +288,8 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
 
 @gluon.jit
-def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles, group,
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
+                group,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
                 num_warps: gl.constexpr):
@@ -321,11 +322,11 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL, PAIRED)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL, PAIRED)),
@@ -333,8 +334,8 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL, PAIRED)),
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M,
+                         BLOCK_N, STAGES, CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
                          CAUSAL, PAIRED)),
