@@ -998,6 +998,25 @@ def test_cpu_every_gluon_backward_candidate_compiles_for_hopper(tmp_path):
         assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK and row["overlapped"], row
 
 
+@pytest.mark.parametrize("n,heads,slots,head_bytes", [(8, 256, 132, 2**19), (32, 64, 132, 2**21), (128, 16, 132, 2**23),
+                                                      (128, 32, 264, 2**22), (128, 16, 132, 2**25), (8, 4, 264, 2**19)])
+def test_cpu_causal_group_covers_its_longest_program(n, heads, slots, head_bytes, monkeypatch):
+    """flash_hopper.causal_group (the Gluon forward's causal order): the fewest heads whose programs,
+    n, n - 1, ..., 1 blocks each, add up to at least n blocks per resident program, unless all the
+    heads or the L2 budget run out first; and one head at a time when grouping is off."""
+    pytest.importorskip("triton.experimental.gluon")
+    from drill.kernels import flash_hopper
+
+    g = flash_hopper.causal_group(n, heads, slots, head_bytes)
+    covers = lambda g_: g_ * n * (n + 1) // 2 >= slots * n  # noqa: E731
+    fits = lambda g_: g_ * head_bytes <= flash_hopper.L2_SHARE  # noqa: E731
+    assert 1 <= g <= heads and (fits(g) or g == 1)
+    assert covers(g) or g == heads or not fits(g + 1)
+    assert g == 1 or not covers(g - 1)
+    monkeypatch.setattr(flash_hopper, "GROUP_HEADS", False)
+    assert flash_hopper.causal_group(n, heads, slots, head_bytes) == 1
+
+
 def test_cpu_gluon_scope_by_dtype_size_and_layout():
     """Which calls the Gluon forward takes (the rest run flash.py's kernel): checked without a GPU."""
     pytest.importorskip("triton.experimental.gluon")
