@@ -17,7 +17,8 @@ Triton's lower-level language, can; this kernel does what FlashAttention-3 does 
   through a pair of mbarriers, so one's softmax lines up with the other's matmuls.
 - Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
   producer loads the next tile while the consumers finish the current one. Causal tiles go to
-  them in pairs of one long and one short (_tile), so every program gets the same work.
+  them in pairs of one long and one short (_tile), so every program gets the same work; unpaired
+  causal tiles run longest first over groups of heads (_grouped), so the grid ends on short ones.
 
 Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S, H, D] views
 (any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;

@@ -12,7 +12,9 @@ warp specialisation and asynchronous wgmma):
   every query head of the group in turn (GQA: dK, dV summed over the group in a fixed order).
   Per query block a consumer issues Sᵀ = K Qᵀ and dPᵀ = V dOᵀ together, computes Pᵀ while dPᵀ
   is on the tensor cores, issues dV += Pᵀ dO, computes dSᵀ = Pᵀ ∘ (dPᵀ − Δ) while dV runs, and
-  issues dK += dSᵀ Q.
+  issues dK += dSᵀ Q. REVERSE configs take the query blocks from the last one down, so the causal
+  programs of a head, which start at their own diagonal otherwise, read the same blocks in step
+  (kernels/NOTES.md h3: +3-7 % causal, -4-5 % unmasked at D = 128; the plan picks per shape).
 - dQ (_bwd_q_kernel). A program owns BLOCK_M query rows (Q, dO in shared memory, dQ in registers
   of PARTS warpgroups of 64 rows); the producer streams K_j, V_j; per key block a consumer issues
   S = Q Kᵀ and dP = dO Vᵀ together, computes P while dP runs, then dQ += dS K_j.
