@@ -2,25 +2,36 @@
 
 `kernel[grid](*args)` binds and specialises every argument in Python before it looks the
 compiled kernel up: 11 µs of host time for one argument and 28 µs for 24 on the H200's host
-(decode_bench's launch figures). A decode call is a few tens of µs of GPU work, so at batch 1
-two such launches cost more than the kernels take to run. FastLaunch keeps each compiled
-kernel under a key at least as fine as Triton's own specialisation (every integer's value,
-each tensor's dtype, device and 16-byte alignment, the constexprs and launch options), and
-calls the compiled kernel's C launcher directly when the key repeats.
+(decode_bench's launch figures), more with tensor descriptors. A decode call is a few tens of
+µs of GPU work, and a 1k causal attention forward ~150 µs, so such launches decide the call's
+time. FastLaunch keeps each compiled kernel under a key at least as fine as Triton's own
+specialisation (every integer's value, each tensor's dtype, device and 16-byte alignment, each
+tensor descriptor's dtype, block shape and layout, the constexprs and launch options), and calls
+the compiled kernel's C launcher directly when the key repeats.
 
-Arguments go positionally in the kernel's signature order, constexprs included (the launcher
-receives all of them, as Triton's own `run` passes them). Under TRITON_INTERPRET=1, or when
-`enabled` is False, every call goes through Triton's launcher unchanged.
+Arguments go positionally or by name, as to `kernel[grid]`; keywords that are not parameters
+of the kernel are launch options (num_warps, num_stages, maxnreg, ...). Under TRITON_INTERPRET=1,
+or when `enabled` is False, every call goes through Triton's launcher unchanged.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
 from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 enabled = True
+
+_DESCRIPTORS = {TensorDescriptor}
+try:  # Gluon's descriptor also carries its shared-memory layout
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _GluonDescriptor
+
+    _DESCRIPTORS.add(_GluonDescriptor)
+except ImportError:  # a Triton without Gluon
+    pass
 
 
 def interpreting() -> bool:
@@ -28,14 +39,25 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _key(device: int, args, num_warps, num_stages) -> tuple:
+def _descriptor_spec(d) -> tuple:
+    # What Triton specialises a descriptor on; its shape and strides are runtime values.
+    return type(d), d.base.dtype, tuple(d.block_shape), getattr(d, "layout", None), d.padding
+
+
+def _key(device: int, args, options: tuple) -> tuple:
     """What of the arguments the compiled kernel depends on, never coarser than Triton's view
-    (an int through ==1, %16 and its width; a tensor through its dtype and alignment): every
-    non-tensor's type and value, each tensor's dtype and address mod 16, the device. A list
-    comprehension with `type(a) is Tensor`, because this runs every call (~5 µs for 32 args)."""
+    (an int through ==1, %16 and its width; a tensor through its dtype and alignment; a
+    descriptor through its dtype, block shape and layout): every other argument's type and value,
+    the launch options, the device. Tested with `type(a) is Tensor` first, because this runs every
+    call (~5 µs for 32 args)."""
     Tensor = torch.Tensor
-    spec = [(a.dtype, a.data_ptr() & 15) if type(a) is Tensor else (type(a), a) for a in args]
-    return num_warps, num_stages, device, *spec
+    spec = [(a.dtype, a.data_ptr() & 15) if type(a) is Tensor
+            else _descriptor_spec(a) if type(a) in _DESCRIPTORS else (type(a), a) for a in args]
+    return options, device, *spec
+
+
+def _current_device() -> int:
+    return torch.cuda.current_device()  # where Triton launches, whatever the arguments' device
 
 
 def _current_stream(device: int) -> int:
@@ -50,34 +72,51 @@ def _disable() -> None:
 
 class FastLaunch:
     def __init__(self, kernel):
-        self.kernel = kernel  # a @triton.jit function
+        self.kernel = kernel  # a @triton.jit (or Gluon) function
         self.compiled: dict = {}
         self.launches = {"jit": 0, "fast": 0}  # which path each call took, for the tests
+        self._params: list[str] | None = None
+        self._defaults: dict = {}
 
-    def __call__(self, grid: tuple, *args, num_warps: int = 4, num_stages: int = 3):
+    def _signature_order(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
+        """(every kernel argument in signature order, the launch options) of one call."""
+        if not kwargs:
+            return args, ()
+        if self._params is None:
+            sig = inspect.signature(self.kernel.fn).parameters
+            self._params = list(sig)
+            self._defaults = {n: p.default for n, p in sig.items() if p.default is not inspect.Parameter.empty}
+        full = args + tuple(kwargs[n] if n in kwargs else self._defaults[n] for n in self._params[len(args):])
+        params = self._params
+        return full, tuple((k, v) for k, v in kwargs.items() if k not in params)
+
+    def _jit(self, grid, args, kwargs):
+        self.launches["jit"] += 1
+        return self.kernel[grid](*args, **kwargs)
+
+    def __call__(self, grid: tuple, *args, **kwargs):
         if not enabled or interpreting():
-            self.launches["jit"] += 1
-            return self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
-        device = args[0].get_device()  # the first argument is a tensor
-        key = _key(device, args, num_warps, num_stages)
+            self._jit(grid, args, kwargs)
+            return
+        full, options = self._signature_order(args, kwargs)
+        device = _current_device()
+        key = _key(device, full, options)
         compiled = self.compiled.get(key)
         if compiled is None:
-            self.launches["jit"] += 1
             if len(self.compiled) > 4096:  # every distinct stride is a key: keep the table bounded
                 self.compiled.clear()
-            self.compiled[key] = self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
+            self.compiled[key] = self._jit(grid, args, kwargs)
             return
         stream = _current_stream(device)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # A profiler's hook wants the metadata; without one, skip building it (as Triton does).
-        meta = compiled.launch_metadata(grid, stream, *args) if enter is not None else None
+        meta = compiled.launch_metadata(grid, stream, *full) if enter is not None else None
         g = (*grid, 1, 1)
         try:
             compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, meta, enter, leave,
-                         *args)
+                         *full)
         except TypeError:  # a Triton whose launcher takes other arguments (checked on 3.6): its own path
             _disable()
-            self.launches["jit"] += 1
-            self.kernel[grid](*args, num_warps=num_warps, num_stages=num_stages)
+            self._jit(grid, args, kwargs)
             return
         self.launches["fast"] += 1

@@ -1039,3 +1039,25 @@ def test_cpu_gluon_scope_by_dtype_size_and_layout():
     assert not flash_hopper.shapes_supported(q.float(), k.float(), k.float(), causal=False)
     assert not flash_hopper.shapes_supported(make(2, 8, 256, 32), make(2, 2, 256, 32), make(2, 2, 256, 32), False)
 
+
+def test_cpu_gluon_scope_is_a_function_of_the_layout_key():
+    """applicable() remembers its verdict per layout_key: calls that share a key must share the
+    verdict, or a remembered one would send a call to a kernel that cannot take it."""
+    pytest.importorskip("triton.experimental.gluon")
+    from drill.kernels import flash_hopper
+
+    def make(*shape, dtype=torch.bfloat16):
+        return torch.zeros(*shape, dtype=dtype)
+
+    q, k = make(2, 8, 256, 128), make(2, 2, 256, 128)
+    bshd = make(2, 256, 8, 128).transpose(1, 2)
+    packed = make(2, 256, 3, 8, 128)[:, :, 0].transpose(1, 2)  # q's shape, strides no output can have
+    shifted = make(q.numel() + 2)[2:].view_as(q)  # 4 bytes past a 16-byte boundary
+    calls = [(q, k, k), (bshd, bshd, bshd), (packed, k, k), (shifted, k, k), (q.float(), k.float(), k.float()),
+             (q, k, bshd[:, :2]), (bshd, k, k)]
+    verdicts = {}
+    for t in calls:
+        verdicts.setdefault(flash_hopper.layout_key(*t), set()).add(flash_hopper.shapes_supported(*t, causal=False))
+    assert len(verdicts) == len(calls) and all(len(v) == 1 for v in verdicts.values())
+    assert {v.pop() for v in verdicts.values()} == {True, False}
+
