@@ -15,6 +15,9 @@ Triton's lower-level language, can; this kernel does what FlashAttention-3 does 
   the change of the running max, and release slot j-1.
 - Ping-pong (PARTS = 2). Two consumer warpgroups of 64 rows take turns to issue their matmuls
   through a pair of mbarriers, so one's softmax lines up with the other's matmuls.
+- Three consumer warpgroups (PARTS = 3, 192-row tiles, FA3's choice at D = 64): each K/V block
+  read from shared memory serves 192 query rows; no turns. 192 divides few sequence lengths, so
+  a head's last block ends on its last row and overlaps the block before (_first_row).
 - Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
   producer loads the next tile while the consumers finish the current one. Causal tiles go to
   them in pairs of one long and one short (_tile), so every program gets the same work; unpaired
@@ -65,11 +68,12 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
 CANDIDATES = {
     64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
-         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True)],
+         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True), _cfg(192, 128, 3, 4, parts=3),
+         _cfg(192, 128, 3, 4, parts=3, persistent=True), _cfg(192, 64, 4, 4, parts=3)],
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
           _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
-TILE = 128  # every candidate's BLOCK_M and BLOCK_N divide it
+TILE = 128  # Sq and Sk are multiples of it: every BLOCK_N divides it, every BLOCK_M but 192 (see _first_row)
 
 
 @gluon.jit
@@ -140,16 +144,26 @@ def _origin(b, h, sb, sh, ss):
 
 
 @gluon.jit
-def _key_blocks(start_m, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+def _first_row(start_m, SQ, BLOCK_M: gl.constexpr):
+    """The first query row of block start_m within its head. When BLOCK_M does not divide SQ (the
+    192-row tiles), the last block ends on the head's last row instead and overlaps the block
+    before: the rows both compute come out bitwise the same (the same keys in the same order; a
+    key block masked out for a row adds exact zeros), so writing them twice is harmless."""
+    return gl.minimum(start_m * BLOCK_M, SQ - BLOCK_M)
+
+
+@gluon.jit
+def _key_blocks(m0, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key blocks the tile starting at query row m0 reads."""
     if CAUSAL:
-        return gl.cdiv((start_m + 1) * BLOCK_M, BLOCK_N)
+        return gl.cdiv(m0 + BLOCK_M, BLOCK_N)
     else:
         return SK // BLOCK_N
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M: gl.constexpr,
+              H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr,
               PAIRED: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
@@ -158,15 +172,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
     c = 0
     for i in range(_tile_count(num_tiles, PAIRED)):
         start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
+        m0 = _first_row(start_m, SQ, BLOCK_M)
         q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
-        q_row += start_m * BLOCK_M
+        q_row += m0
         kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
         # a fresh barrier counts as released once, so the first waits pass at once
         mbarrier.wait(q_empty, (i & 1) ^ 1)
         mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
         for part in gl.static_range(PARTS):
             _tma_load(q_desc, [q_row + part * BM, q_col], q_bar, q_smem.index(part))
-        for j in range(_key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)):
+        for j in range(_key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)):
             slot = c % STAGES
             mbarrier.wait(kv_empty.index(slot), ((c // STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
@@ -246,8 +261,9 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
     turn = 0  # ping-pong turns taken over all tiles
     for i in range(_tile_count(num_tiles, PAIRED)):
         start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
-        n_blocks = _key_blocks(start_m, SK, BLOCK_M, BLOCK_N, CAUSAL)
-        row0 = start_m * BLOCK_M + PART * BM  # first query row of this partition, within the head
+        m0 = _first_row(start_m, SQ, BLOCK_M)
+        n_blocks = _key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)
+        row0 = m0 + PART * BM  # first query row of this partition, within the head
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
         m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
@@ -298,7 +314,7 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
                 num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs."""
-    n_m = SQ // BLOCK_M
+    n_m = gl.cdiv(SQ, BLOCK_M)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
     if OWN_O:  # a program with several tiles: the next Q may land while this tile's O leaves
@@ -331,17 +347,32 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N,
                          STAGES, CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
-                         CAUSAL, PAIRED)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
+                         PARTS, CAUSAL, PAIRED)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
+    elif PARTS == 3:  # three consumer warpgroups of 64 rows each, no turns (FA3's choice at D = 64)
+        gl.warp_specialize([
+            (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 3, 4, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL, PAIRED)),
+            (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 3, 4, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL, PAIRED)),
+            (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
+                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 2, 3, 4, D, BLOCK_M, BLOCK_N,
+                         STAGES, CAUSAL, PAIRED)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
+                         PARTS, CAUSAL, PAIRED)),
+        ], [4, 4, 1], [160, 160, 24])
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M,
                          BLOCK_N, STAGES, CAUSAL, PAIRED)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES, PARTS,
-                         CAUSAL, PAIRED)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
+                         PARTS, CAUSAL, PAIRED)),
         ], [1], [24])
 
 
@@ -443,11 +474,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
-    num_tiles = SQ // bm * B * H
+    if SQ < bm:
+        raise ValueError(f"{bm}-row tiles need at least {bm} query rows, got {SQ}")
+    n_m = -(-SQ // bm)  # the last block overlaps the one before when bm does not divide SQ (_first_row)
+    num_tiles = n_m * B * H
     slots = (2 if cfg.get("maxnreg") == 128 else 1) * sm_count(q.device.index)  # programs resident at once
     programs = min(num_tiles, slots) if cfg.get("PERSISTENT") else num_tiles
-    paired = bool(causal) and programs < num_tiles and SQ // bm % 2 == 0  # _tile
-    group = causal_group(SQ // bm, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
+    paired = bool(causal) and programs < num_tiles and n_m % 2 == 0  # _tile
+    group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
     _launch_fwd(
         (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
         *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm, BLOCK_N=bn,
