@@ -61,9 +61,9 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
 # are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup; PARTS=2 two consumer partitions of
 # 4 warps in ping-pong, PARTS=3 three of 64 rows without turns (the 192-row tiles: at D = 64 they
-# beat every 128-row config by 10-17 % without a mask, NOTES h7). maxnreg=128 caps a program at 32k registers, so that two programs share an
-# SM (and the scheduler overlaps one's softmax with the other's matmuls) where their shared memory
-# also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
+# beat every 128-row config by 10-17 % without a mask, NOTES h7). maxnreg=128 caps a program at 32k
+# registers, so that two programs share an SM (and the scheduler overlaps one's softmax with the
+# other's matmuls) where their shared memory also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
 # the producer loads the next tile's Q, K and V while the consumers finish the current one.
 # Programs with one tile write O through Q's buffer (OWN_O), which makes room for a third K/V
 # stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
@@ -364,7 +364,7 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
                          PARTS, CAUSAL, PAIRED)),
-        ], [4, 4, 1], [160, 160, 24])
+        ], [4, 4, 1], [160, 160, 24])  # 160: the least spill (40 bytes) of 144-176 with Triton 3.6's ptxas
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
@@ -483,8 +483,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     paired = bool(causal) and programs < num_tiles and n_m % 2 == 0  # _tile
     group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
     _launch_fwd(
-        (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse, H, H // HKV, SQ, SK,
-        *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm, BLOCK_N=bn,
+        (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse,
+        H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm,
+        BLOCK_N=bn,
         STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
         OWN_O=programs < num_tiles, num_warps=cfg["num_warps"], **extra)
     return o, lse

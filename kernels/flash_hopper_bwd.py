@@ -387,8 +387,9 @@ def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float,
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     assert SQ % TILE == 0 and SK % TILE == 0 and dk.stride() == dv.stride()
     _launch_kv(
-        (SK // bn * B * HKV,), _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts), _descriptor(v, bn // parts),
-        _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV, SQ, SK,
+        (SK // bn * B * HKV,), _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts),
+        _descriptor(v, bn // parts), _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV,
+        SQ, SK,
         *q.stride()[:3], *do.stride()[:3], *k.stride()[:3], *dk.stride()[:3], sm_scale * LOG2E, sm_scale,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal),
         REVERSE=cfg.get("REVERSE", False), num_warps=4)
@@ -402,7 +403,7 @@ def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg:
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     assert SQ % TILE == 0 and SK % TILE == 0 and dq.stride() == q.stride()
     _launch_q(
-        (SQ // bm * B * H,), _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn), _descriptor(v, bn),
-        _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3], *do.stride()[:3],
-        *k.stride()[:3], sm_scale * LOG2E, sm_scale,
+        (SQ // bm * B * H,), _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn),
+        _descriptor(v, bn), _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3],
+        *do.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, sm_scale,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], PARTS=parts, CAUSAL=bool(causal), num_warps=4)
