@@ -984,6 +984,91 @@ def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 163
     return rows, "\n".join(lines)
 
 
+def _spills(launcher, before: set) -> str:
+    """Registers and spilled bytes of the kernels a FastLaunch compiled since `before` (its keys)."""
+    return "/".join(f"{k.n_regs}r {k.n_spills}B" for key, k in launcher.compiled.items() if key not in before) or "-"
+
+
+def bench_trim(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log: Callable[[str], None] = print
+               ) -> tuple[list[dict], str]:
+    """Causal Gluon forwards with flash_hopper.TRIM off and on (kernels/NOTES.md h8), every config,
+    the two settings alternating over two rounds, each keeping its best; the outputs must agree
+    bitwise (the blocks TRIM skips add exact zeros)."""
+    import torch
+
+    from drill.kernels import flash_hopper
+
+    rows = []
+    lines = ["| D | S | config (BLOCK_M, BLOCK_N, stages, warps, maxnreg, partitions, persistent) | TFLOP/s TRIM off | "
+             "TRIM on | on / off | bitwise equal | registers, spill (off, on) |", "|" + "---|" * 8]
+    for case in bench_cases(ds, seqs, tokens, (True,)):
+        d, s, b, h = case["d"], case["s"], case["b"], case["h"]
+        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d)
+        scale = 1.0 / math.sqrt(d)
+        fl_ = flops(b, h, s, d, True, "fwd")
+        for cfg in flash_hopper.CANDIDATES[d]:
+            tf, outs, spills = {False: 0.0, True: 0.0}, {}, {}
+            try:
+                for _ in range(2):
+                    for trim in (False, True):
+                        flash_hopper.TRIM = trim
+                        before = set(flash_hopper._launch_fwd.compiled)
+                        with torch.no_grad():
+                            outs[trim] = flash_hopper.forward(q, k, v, True, scale, cfg)[0]
+                            spills.setdefault(trim, _spills(flash_hopper._launch_fwd, before))
+                            ms = _median_ms(lambda: flash_hopper.forward(q, k, v, True, scale, cfg))
+                        tf[trim] = max(tf[trim], fl_ / ms * 1e-9)
+            except Exception as exc:  # noqa: BLE001 - a row of the table, not the end of it
+                log(f"{cfg} d={d} s={s}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            finally:
+                flash_hopper.TRIM = True
+            same = bool(torch.equal(outs[False], outs[True]))
+            rows.append({**case, "cfg": cfg, "off": tf[False], "on": tf[True], "equal": same})
+            lines.append(f"| {d} | {s // 1024}k | {tuple(cfg.values())} | {tf[False]:.0f} | {tf[True]:.0f} | "
+                         f"{tf[True] / tf[False]:.3f} | {same} | {spills[False]}, {spills[True]} |")
+            log(lines[-1])
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows, "\n".join(lines)
+
+
+def bench_free_group(groups=(1, 2, 4, 8), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Forwards without a mask, S = 4k, B = 4: programs query block first head by head (group 1)
+    against heads interleaved in groups (flash_hopper.FREE_GROUP, kernels/NOTES.md h8), in both
+    layouts, for the best Gluon configs; groups alternate over two rounds, each keeping its best."""
+    import torch
+
+    from drill.kernels import flash_hopper
+
+    rows = []
+    lines = ["| D | config | layout | " + " | ".join(f"group {g}" for g in groups) + " |",
+             "|" + "---|" * (3 + len(groups))]
+    saved = dict(flash_hopper.FREE_GROUP)
+    for d, picks in ((64, (5, 0)), (128, (1,))):
+        h = HEADS[d]
+        fl_ = flops(4, h, 4096, d, False, "fwd")
+        for layout in ("bhsd", "bshd"):
+            q, k, v = _inputs(4, h, h, 4096, d, torch.bfloat16, layout, 7)
+            for i in picks:
+                cfg = flash_hopper.CANDIDATES[d][i]
+                tf = dict.fromkeys(groups, 0.0)
+                try:
+                    for _ in range(2):
+                        for g in groups:
+                            flash_hopper.FREE_GROUP[layout] = g
+                            with torch.no_grad():
+                                ms = _median_ms(lambda: flash_hopper.forward(q, k, v, False, 1 / math.sqrt(d), cfg))
+                            tf[g] = max(tf[g], fl_ / ms * 1e-9)
+                finally:
+                    flash_hopper.FREE_GROUP.update(saved)
+                rows.append({"d": d, "cfg": cfg, "layout": layout, "tflops": tf})
+                lines.append(f"| {d} | {tuple(cfg.values())} | {layout} | " + " | ".join(f"{tf[g]:.0f}" for g in groups)
+                             + " |")
+                log(lines[-1])
+    return rows, "\n".join(lines)
+
+
 def variant_jobs(ds=(64, 128)) -> list[tuple]:
     """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
     return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()

@@ -111,8 +111,9 @@ def _grouped(t, n, heads, group):
 def _tile(k, n_m, heads, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
     """The k-th tile of this program: its query block and (batch·head).
 
-    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest, so the tiles running at
-    once share a head's K and V in L2; causal ones longest first over groups of heads (_grouped). Program p takes
+    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest over groups of `group`
+    heads (_grouped; group = 1 is head by head), so the tiles running at once share a few heads' K
+    and V in L2; causal ones longest first. Program p takes
     every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
     length varies from 1 to n_m key blocks, and dealing them one by one gave some programs twice
     the work of others (kernels/NOTES.md g5). Instead a head's query blocks pair up, the longest
@@ -126,12 +127,11 @@ def _tile(k, n_m, heads, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
         i = u % half
         return i + (1 - k % 2) * (n_m - 1 - 2 * i), u // half
     else:
-        t = k * P + pid
+        rank, head = _grouped(k * P + pid, n_m, heads, group)
         if CAUSAL:
-            rank, head = _grouped(t, n_m, heads, group)
             return n_m - 1 - rank, head
         else:
-            return t % n_m, t // n_m
+            return rank, head
 
 
 @gluon.jit
@@ -144,12 +144,17 @@ def _origin(b, h, sb, sh, ss):
 
 
 @gluon.jit
-def _first_row(start_m, SQ, BLOCK_M: gl.constexpr):
+def _first_row(start_m, n_m, SQ, BLOCK_M: gl.constexpr, TRIM: gl.constexpr):
     """The first query row of block start_m within its head. When BLOCK_M does not divide SQ (the
-    192-row tiles), the last block ends on the head's last row instead and overlaps the block
-    before: the rows both compute come out bitwise the same (the same keys in the same order; a
-    key block masked out for a row adds exact zeros), so writing them twice is harmless."""
-    return gl.minimum(start_m * BLOCK_M, SQ - BLOCK_M)
+    192-row tiles), one block overlaps its neighbour: the rows both compute come out bitwise the
+    same (the same keys in the same order; a key block masked out for a row adds exact zeros), so
+    writing them twice is harmless. TRIM: the blocks are laid from the head's last row down and
+    block 0 overlaps block 1, so a causal grid recomputes rows of its shortest tile, not of its
+    longest (6 % of the work at 4k, kernels/NOTES.md h8). Otherwise the last block overlaps."""
+    if TRIM:
+        return gl.maximum(SQ - (n_m - start_m) * BLOCK_M, 0)
+    else:
+        return gl.minimum(start_m * BLOCK_M, SQ - BLOCK_M)
 
 
 @gluon.jit
@@ -165,14 +170,14 @@ def _key_blocks(m0, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
               H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr,
-              PAIRED: gl.constexpr):
+              PAIRED: gl.constexpr, TRIM: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
     and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     c = 0
     for i in range(_tile_count(num_tiles, PAIRED)):
         start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
-        m0 = _first_row(start_m, SQ, BLOCK_M)
+        m0 = _first_row(start_m, n_m, SQ, BLOCK_M, TRIM)
         q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
         q_row += m0
         kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
@@ -239,7 +244,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
               H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              PAIRED: gl.constexpr):
+              PAIRED: gl.constexpr, TRIM: gl.constexpr):
     """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
     BM: gl.constexpr = BLOCK_M // PARTS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -261,9 +266,12 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
     turn = 0  # ping-pong turns taken over all tiles
     for i in range(_tile_count(num_tiles, PAIRED)):
         start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
-        m0 = _first_row(start_m, SQ, BLOCK_M)
-        n_blocks = _key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)
+        m0 = _first_row(start_m, n_m, SQ, BLOCK_M, TRIM)
+        n_blocks = _key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)  # what the producer loads for the tile
         row0 = m0 + PART * BM  # first query row of this partition, within the head
+        # TRIM: a causal partition stops at its own diagonal; the tile's later blocks are wholly
+        # masked for its rows (exact no-ops), and the first partition always has one (NOTES h8)
+        mine = _key_blocks(row0, SK, BM, BLOCK_N, CAUSAL) if TRIM else n_blocks
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
         m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
@@ -282,15 +290,24 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
                                          k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
                                          False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
-        for j in range(gl.maximum(n_full, 1), n_blocks):
+        for j in range(gl.maximum(n_full, 1), mine):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
                                          k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
                                          True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
-        last = c + n_blocks - 1
+        if PINGPONG:  # the turns of the blocks skipped, so the other warpgroup's stay in step
+            for j in range(mine, n_blocks):
+                mbarrier.wait(my_turn, ((turn + j - 1) & 1) ^ FIRST)
+                mbarrier.arrive(other_turn, count=1)
+        last = c + mine - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
         o_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[o_tok])
         mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
+        for r in range(c + mine, c + n_blocks):  # skipped: release each slot once loaded, not before
+            # (an arrival ahead of the load would count toward the slot's previous use)
+            mbarrier.wait(k_ready.index(r % STAGES), (r // STAGES) & 1)
+            mbarrier.wait(v_ready.index(r % STAGES), (r // STAGES) & 1)
+            mbarrier.arrive(kv_empty.index(r % STAGES), count=1)
         mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the next Q may load
         c += n_blocks
         turn += n_blocks - 1
@@ -311,7 +328,7 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
                 group,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
-                num_warps: gl.constexpr):
+                TRIM: gl.constexpr, num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs."""
     n_m = gl.cdiv(SQ, BLOCK_M)
@@ -342,37 +359,37 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED)),
+                         STAGES, CAUSAL, PAIRED, TRIM)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED)),
+                         STAGES, CAUSAL, PAIRED, TRIM)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL, PAIRED)),
+                         PARTS, CAUSAL, PAIRED, TRIM)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     elif PARTS == 3:  # three consumer warpgroups of 64 rows each, no turns (FA3's choice at D = 64)
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 3, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED)),
+                         STAGES, CAUSAL, PAIRED, TRIM)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 3, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED)),
+                         STAGES, CAUSAL, PAIRED, TRIM)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 2, 3, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED)),
+                         STAGES, CAUSAL, PAIRED, TRIM)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL, PAIRED)),
+                         PARTS, CAUSAL, PAIRED, TRIM)),
         ], [4, 4, 1], [160, 160, 24])  # 160: the least spill (40 bytes) of 144-176 with Triton 3.6's ptxas
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
                          LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, PAIRED)),
+                         BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL, PAIRED)),
+                         PARTS, CAUSAL, PAIRED, TRIM)),
         ], [1], [24])
 
 
@@ -425,6 +442,8 @@ def shapes_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
 
 GROUP_HEADS = True  # causal programs longest first over groups of heads (_grouped); the benchmark compares
+TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, NOTES h8)
+FREE_GROUP = {"bhsd": 1, "bshd": 1}  # heads _grouped interleaves without a mask, per layout (NOTES h8)
 L2_SHARE = 24 * 2**20  # bytes one group of heads may stream through L2 at once (an H200 has 50 MB)
 
 
@@ -481,11 +500,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     slots = (2 if cfg.get("maxnreg") == 128 else 1) * sm_count(q.device.index)  # programs resident at once
     programs = min(num_tiles, slots) if cfg.get("PERSISTENT") else num_tiles
     paired = bool(causal) and programs < num_tiles and n_m % 2 == 0  # _tile
-    group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
+    if causal:
+        group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
+    else:
+        group = FREE_GROUP["bhsd" if q.is_contiguous() else "bshd"]
     _launch_fwd(
         (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse,
         H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm,
         BLOCK_N=bn,
         STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
-        OWN_O=programs < num_tiles, num_warps=cfg["num_warps"], **extra)
+        OWN_O=programs < num_tiles, TRIM=TRIM, num_warps=cfg["num_warps"], **extra)
     return o, lse

@@ -770,8 +770,10 @@ def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
     programs (132 or 264), so their loop over tiles, the ring and the ping-pong turns carry over
     from one tile to the next, and causal ones run their tiles in long-short pairs. 1920 gives 15
     query blocks per head, an odd count that cannot pair up (the persistent configs alone). Causal
-    programs also run in groups of 3 of the 32 heads, the last group smaller (_grouped). 192-row
-    tiles divide 1920 but not 2048, where each head's last block overlaps the one before."""
+    programs, and unmasked ones in either layout, also run in groups of 3 of the 32 heads, the last
+    group smaller (_grouped). 192-row tiles divide 1920 but not 2048, where one block of each head
+    overlaps its neighbour. Causal outputs equal, bit for bit, those with TRIM off (the key blocks
+    past a partition's diagonal, which TRIM skips, add exact zeros)."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
@@ -781,16 +783,22 @@ def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
     ref = reference(q, k, v, causal, scale, dtype=torch.float32)
     naive = _naive_low_precision(q, k, v, causal, scale)
     chosen = flash_hopper.causal_group
-    for group in (None, 3) if causal else (None,):
+    for group in (None, 3):
         monkeypatch.setattr(flash_hopper, "causal_group", (lambda *a: group) if group else chosen)
+        monkeypatch.setitem(flash_hopper.FREE_GROUP, "bhsd", group or 1)
         for cfg in flash_hopper.CANDIDATES[d]:
             if seq % 256 and not cfg["PERSISTENT"]:
                 continue
             o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
             _fa_rule(f"o with {cfg}, group {group}", o, naive[0], ref[0])
-            if seq % cfg["BLOCK_M"]:  # the last block overlaps the one before: both write the same bits
+            if seq % cfg["BLOCK_M"]:  # one block overlaps its neighbour: both write the same bits
                 assert torch.equal(o, flash_hopper.forward(q, k, v, causal, scale, cfg)[0]), cfg
             assert (lse - ref[1]).abs().max().item() < 1e-2, f"lse with {cfg}, group {group}"
+            if causal:
+                monkeypatch.setattr(flash_hopper, "TRIM", False)
+                untrimmed = flash_hopper.forward(q, k, v, causal, scale, cfg)
+                monkeypatch.setattr(flash_hopper, "TRIM", True)
+                assert torch.equal(o, untrimmed[0]) and torch.equal(lse, untrimmed[1]), f"TRIM changed bits: {cfg}"
 
 
 @pytest.mark.gpu
@@ -892,7 +900,7 @@ def build(d, cfg):
                qk_scale="fp32", num_tiles="i32", group="i32")
     many = bool(cfg["PERSISTENT"])  # a persistent program runs several tiles: paired, own O buffer
     consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=True,
-                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, num_warps=cfg["num_warps"])
+                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, TRIM=True, num_warps=cfg["num_warps"])
     sig.update({name: "constexpr" for name in consts})
     options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] else {}))
     return triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
