@@ -1033,42 +1033,6 @@ def bench_trim(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log:
     return rows, "\n".join(lines)
 
 
-def bench_free_group(groups=(1, 2, 4, 8), log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """Forwards without a mask, S = 4k, B = 4: programs query block first head by head (group 1)
-    against heads interleaved in groups (flash_hopper.FREE_GROUP, kernels/NOTES.md h8), in both
-    layouts, for the best Gluon configs; groups alternate over two rounds, each keeping its best."""
-    import torch
-
-    from drill.kernels import flash_hopper
-
-    rows = []
-    lines = ["| D | config | layout | " + " | ".join(f"group {g}" for g in groups) + " |",
-             "|" + "---|" * (3 + len(groups))]
-    saved = dict(flash_hopper.FREE_GROUP)
-    for d, picks in ((64, (5, 0)), (128, (1,))):
-        h = HEADS[d]
-        fl_ = flops(4, h, 4096, d, False, "fwd")
-        for layout in ("bhsd", "bshd"):
-            q, k, v = _inputs(4, h, h, 4096, d, torch.bfloat16, layout, 7)
-            for i in picks:
-                cfg = flash_hopper.CANDIDATES[d][i]
-                tf = dict.fromkeys(groups, 0.0)
-                try:
-                    for _ in range(2):
-                        for g in groups:
-                            flash_hopper.FREE_GROUP[layout] = g
-                            with torch.no_grad():
-                                ms = _median_ms(lambda: flash_hopper.forward(q, k, v, False, 1 / math.sqrt(d), cfg))
-                            tf[g] = max(tf[g], fl_ / ms * 1e-9)
-                finally:
-                    flash_hopper.FREE_GROUP.update(saved)
-                rows.append({"d": d, "cfg": cfg, "layout": layout, "tflops": tf})
-                lines.append(f"| {d} | {tuple(cfg.values())} | {layout} | " + " | ".join(f"{tf[g]:.0f}" for g in groups)
-                             + " |")
-                log(lines[-1])
-    return rows, "\n".join(lines)
-
-
 def variant_jobs(ds=(64, 128)) -> list[tuple]:
     """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
     return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()

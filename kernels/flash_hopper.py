@@ -69,7 +69,8 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
 CANDIDATES = {
     64: [_cfg(128, 64, 3, 4, 128), _cfg(128, 64, 3, 4, 128, persistent=True), _cfg(128, 128, 3, 4, parts=2),
-         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True), _cfg(192, 128, 3, 4, parts=3)],
+         _cfg(64, 128, 2, 4, 128), _cfg(128, 128, 3, 4, parts=2, persistent=True), _cfg(192, 128, 3, 4, parts=3),
+         _cfg(192, 128, 3, 4, parts=3, persistent=True)],
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
           _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
@@ -111,10 +112,10 @@ def _grouped(t, n, heads, group):
 def _tile(k, n_m, heads, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
     """The k-th tile of this program: its query block and (batch·head).
 
-    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest over groups of `group`
-    heads (_grouped; group = 1 is head by head), so the tiles running at once share a few heads' K
-    and V in L2; causal ones longest first. Program p takes
-    every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
+    Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest, so the tiles running at
+    once share a head's K and V in L2 (unmasked, head by head: groups of heads gained nothing in
+    either layout, NOTES h8); causal ones longest first over groups of heads (_grouped). Program p
+    takes every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
     length varies from 1 to n_m key blocks, and dealing them one by one gave some programs twice
     the work of others (kernels/NOTES.md g5). Instead a head's query blocks pair up, the longest
     with the shortest (i with n_m − 1 − i: n_m + 1 key blocks together); the pairs are dealt in
@@ -443,7 +444,6 @@ def shapes_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
 GROUP_HEADS = True  # causal programs longest first over groups of heads (_grouped); the benchmark compares
 TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, NOTES h8)
-FREE_GROUP = {"bhsd": 1, "bshd": 1}  # heads _grouped interleaves without a mask, per layout (NOTES h8)
 L2_SHARE = 24 * 2**20  # bytes one group of heads may stream through L2 at once (an H200 has 50 MB)
 
 
@@ -500,10 +500,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     slots = (2 if cfg.get("maxnreg") == 128 else 1) * sm_count(q.device.index)  # programs resident at once
     programs = min(num_tiles, slots) if cfg.get("PERSISTENT") else num_tiles
     paired = bool(causal) and programs < num_tiles and n_m % 2 == 0  # _tile
-    if causal:
-        group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
-    else:
-        group = FREE_GROUP["bhsd" if q.is_contiguous() else "bshd"]
+    group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H) if causal else 1
     _launch_fwd(
         (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse,
         H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm,
