@@ -400,9 +400,8 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--tests", default="tests", help="comma-separated test paths for the tests step")
     ap.add_argument("--impls", help="comma-separated implementations for flash_bench (default: all)")
     ap.add_argument("--features", help="comma-separated tables for flash_features (bench_gqa, bench_layouts, "
-                    "fp32_accuracy, bench_variants, bench_bwd_variants, bench_bwd_kernels, bench_causal_order, bench_trim, "
-                    "
-                    "bench_gluon, gluon_layout_configs, bench_short, bench_short_backward; default: all)")
+                    "fp32_accuracy, bench_variants, bench_bwd_variants, bench_bwd_kernels, bench_causal_order, "
+                    "bench_trim, bench_gluon, gluon_layout_configs, bench_short, bench_short_backward; default: all)")
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
