@@ -401,8 +401,15 @@ def test_cpu_fastest_keeps_each_candidates_best_round(monkeypatch):
     import triton
 
     timings = {"a": iter([2.0, 0.8]), "b": iter([1.0, 1.0])}  # a's first timing hit a clock dip
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **_: next(timings[fn()]))
+    modes = []
+
+    def fake_bench(fn, return_mode="mean", **_):
+        modes.append(return_mode)
+        return next(timings[fn()])
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
     assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}) == "a"
+    assert set(modes) == {"median"}  # what Triton's autotuner and the benchmark tables compare
     timings = {"a": iter([2.0]), "b": iter([1.0])}
     assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, rounds=1) == "b"
 
