@@ -1033,6 +1033,74 @@ def bench_trim(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log:
     return rows, "\n".join(lines)
 
 
+H200_FP8_PEAK = 1979.0  # dense e4m3 TFLOP/s, NVIDIA's H200 SXM datasheet (3958 is with sparsity)
+
+
+def _scaled_mm_tflops(n: int = 8192) -> float:
+    """A large e4m3 matrix product through torch._scaled_mm: the FP8 rate this machine reaches."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(n, n, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda", generator=g).to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="cuda")
+    ms = _median_ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    return 2 * n ** 3 / ms * 1e-9
+
+
+def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
+              log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """The FP8 forward (kernels/flash_fp8.py) against SDPA cuDNN in bf16, same inputs, one run:
+    TFLOP/s of the kernel alone (inputs quantised beforehand, as a model that keeps FP8
+    activations would call it) and with the quantisation, the share of the datasheet's FP8 peak
+    and of a measured e4m3 matmul; and the error against fp32 attention on one head pair (relative
+    Frobenius), plain, with incoherent processing, and cuDNN bf16's for scale."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from drill.kernels import flash_fp8
+
+    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
+    mm = _scaled_mm_tflops()
+    rows = []
+    lines = [f"e4m3 matmul (torch._scaled_mm, 8192³): {mm:.0f} TFLOP/s; datasheet dense FP8 peak {H200_FP8_PEAK:.0f}.",
+             "", "| D | S | mask | FP8 kernel TFLOP/s | FP8 with quantisation | cuDNN bf16 | FP8 / cuDNN | "
+             "FP8 / peak | FP8 / matmul | error FP8 | error FP8 incoherent | error cuDNN bf16 |", "|" + "---|" * 12]
+
+    def rel(o, ref):
+        return ((o.float() - ref).norm() / ref.norm()).item()
+
+    for case in bench_cases(ds, seqs, tokens, causals):
+        d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
+        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
+        scale = 1.0 / math.sqrt(d)
+        fl_ = flops(b, h, s, d, causal, "fwd")
+        with torch.no_grad():
+            x = flash_fp8.prepare(q, k, v)
+            tf = {"kernel": fl_ / _median_ms(lambda: flash_fp8.forward(x, causal, scale)) * 1e-9,
+                  "quantised": fl_ / _median_ms(lambda: flash_fp8.flash_attention_fp8(q, k, v, causal, scale)) * 1e-9,
+                  "cudnn": fl_ / _median_ms(lambda: cudnn(q, k, v, causal, scale)) * 1e-9}
+            part = [t[:1, :2] for t in (q, k, v)]  # fp32 attention over 2 heads: S² scores fit easily
+            scores = part[0].float() @ part[1].float().transpose(-1, -2) * scale  # full fp32 (no TF32)
+            if causal:
+                scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+            ref = torch.softmax(scores, -1) @ part[2].float()
+            del scores
+            err = {"fp8": rel(flash_fp8.forward(x, causal, scale)[0][:1, :2], ref),
+                   "incoherent": rel(flash_fp8.flash_attention_fp8(*part, causal, scale, incoherent=True), ref),
+                   "cudnn": rel(cudnn(*part, causal, scale), ref)}
+        del x
+        rows.append({**case, "tflops": tf, "errors": err, "matmul": mm})
+        lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {tf['kernel']:.0f} | "
+                     f"{tf['quantised']:.0f} | {tf['cudnn']:.0f} | {tf['kernel'] / tf['cudnn']:.2f} | "
+                     f"{tf['kernel'] / H200_FP8_PEAK:.2f} | {tf['kernel'] / mm:.2f} | {err['fp8']:.2e} | "
+                     f"{err['incoherent']:.2e} | {err['cudnn']:.2e} |")
+        log(lines[-1])
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows, "\n".join(lines)
+
+
 def variant_jobs(ds=(64, 128)) -> list[tuple]:
     """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
     return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()
