@@ -267,6 +267,9 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
                  block_table: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
     """Decode attention of q [B, Hq, D] over a contiguous or paged KV cache: returns o [B, Hq, D]."""
     B, Hq, hkv, D = _check(q, k_cache, v_cache, seq_lens, block_table)
+    if _interpreting() and q.dtype == torch.bfloat16:  # the interpreter has no bf16 arithmetic
+        return flash_decode(q.float(), k_cache.float(), v_cache.float(), seq_lens, block_table,
+                            num_splits).to(torch.bfloat16)
     group = Hq // hkv
     group_pad = max(16, _pow2(group))  # tl.dot wants at least 16 rows
     paged = block_table is not None

@@ -1046,6 +1046,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         sm_scale = 1.0 / math.sqrt(D)
     if not sm_scale > 0:
         raise ValueError("sm_scale must be positive")
+    if _interpreting() and q.dtype == torch.bfloat16:
+        # Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns): run fp32,
+        # round the output as a bf16 kernel would; gradients flow back through the casts
+        o, lse = flash_attention(q.float(), k.float(), v.float(), causal, sm_scale, return_lse=True)
+        return (o.to(torch.bfloat16), lse) if return_lse else o.to(torch.bfloat16)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale))

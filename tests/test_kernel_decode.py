@@ -100,6 +100,16 @@ def test_contiguous_interpreter(case):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+def test_bf16_interpreter():
+    """bf16 on the CPU: Triton's interpreter has no bf16 arithmetic (it computes on the bit
+    patterns, values near 1e9), so flash_decode runs it in fp32 and rounds the output."""
+    q, k, v, sl = contiguous_cache(2, 4, 2, 70, 16, [70, 3], dtype=torch.bfloat16)
+    o = flash_decode(q, k, v, sl)
+    assert o.dtype == torch.bfloat16
+    torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
 @pytest.mark.parametrize("page", [16, 5])
 def test_paged_interpreter(page):
     lens = [37, 1, 64, 16]

@@ -122,6 +122,20 @@ def test_cpu_non_contiguous_inputs(tile_path):
     assert (o.double() - ref).abs().max().item() < 2e-5
 
 
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover bf16 on the device")
+def test_cpu_bf16_runs_in_fp32_under_the_interpreter():
+    """Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns: outputs near
+    1e9), so bf16 calls run in fp32 there: o rounded to bf16, lse in fp32, gradients in bf16."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=g).to(torch.bfloat16).requires_grad_(True) for _ in range(3))
+    o, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    ref_o, ref_lse = reference(q.detach(), k.detach(), v.detach(), causal=True)
+    assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert (o.double() - ref_o).abs().max().item() < 1e-2 and (lse.double() - ref_lse).abs().max().item() < 1e-4
+    o.float().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad.float()).all() and q.grad.abs().max() < 10
+
+
 def test_cpu_default_scale_and_plain_output():
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 1, 17, 32, generator=g) for _ in range(3))
