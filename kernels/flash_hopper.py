@@ -17,7 +17,9 @@ Triton's lower-level language, can; this kernel does what FlashAttention-3 does 
   through a pair of mbarriers, so one's softmax lines up with the other's matmuls.
 - Three consumer warpgroups (PARTS = 3, 192-row tiles, FA3's choice at D = 64): each K/V block
   read from shared memory serves 192 query rows; no turns. 192 divides few sequence lengths, so
-  a head's last block ends on its last row and overlaps the block before (_first_row).
+  one block of each head overlaps its neighbour (_first_row).
+- TRIM (causal). That overlap goes to the shortest tile, and each consumer partition stops at its
+  own diagonal instead of the tile's (kernels/NOTES.md h8: +9 % for the 192-row tiles at 4k).
 - Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
   producer loads the next tile while the consumers finish the current one. Causal tiles go to
   them in pairs of one long and one short (_tile), so every program gets the same work; unpaired
@@ -61,7 +63,8 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
 # are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup; PARTS=2 two consumer partitions of
 # 4 warps in ping-pong, PARTS=3 three of 64 rows without turns (the 192-row tiles: at D = 64 they
-# beat every 128-row config by 10-17 % without a mask, NOTES h7). maxnreg=128 caps a program at 32k
+# beat every 128-row config by 10-17 % without a mask, NOTES h7; their persistent version, with
+# TRIM, was the best at 4k, NOTES h8). maxnreg=128 caps a program at 32k
 # registers, so that two programs share an SM (and the scheduler overlaps one's softmax with the
 # other's matmuls) where their shared memory also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
 # the producer loads the next tile's Q, K and V while the consumers finish the current one.
@@ -113,9 +116,9 @@ def _tile(k, n_m, heads, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
     """The k-th tile of this program: its query block and (batch·head).
 
     Tiles in the order a (n_m, B·H) grid runs them: query blocks fastest, so the tiles running at
-    once share a head's K and V in L2 (unmasked, head by head: groups of heads gained nothing in
-    either layout, NOTES h8); causal ones longest first over groups of heads (_grouped). Program p
-    takes every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
+    once share a head's K and V in L2 (without a mask, groups of heads gained nothing in either
+    layout, NOTES h8); causal ones longest first over groups of heads (_grouped). Program p takes
+    every P-th tile from p on. PAIRED (persistent programs, causal, n_m even): a causal tile's
     length varies from 1 to n_m key blocks, and dealing them one by one gave some programs twice
     the work of others (kernels/NOTES.md g5). Instead a head's query blocks pair up, the longest
     with the shortest (i with n_m − 1 − i: n_m + 1 key blocks together); the pairs are dealt in
@@ -128,11 +131,12 @@ def _tile(k, n_m, heads, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):
         i = u % half
         return i + (1 - k % 2) * (n_m - 1 - 2 * i), u // half
     else:
-        rank, head = _grouped(k * P + pid, n_m, heads, group)
+        t = k * P + pid
         if CAUSAL:
+            rank, head = _grouped(t, n_m, heads, group)
             return n_m - 1 - rank, head
         else:
-            return rank, head
+            return t % n_m, t // n_m
 
 
 @gluon.jit
@@ -500,7 +504,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     slots = (2 if cfg.get("maxnreg") == 128 else 1) * sm_count(q.device.index)  # programs resident at once
     programs = min(num_tiles, slots) if cfg.get("PERSISTENT") else num_tiles
     paired = bool(causal) and programs < num_tiles and n_m % 2 == 0  # _tile
-    group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H) if causal else 1
+    group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
     _launch_fwd(
         (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse,
         H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm,
