@@ -22,6 +22,10 @@ Usage:
 
 To add a step: write `def step_name(ctx) -> StepResult`, then add ("name", step_name,
 default_on) to STEPS. Keep heavy imports (torch, triton) inside the step.
+
+Packages the device's image lacks (since 2026-12-01: platformdirs, snowballstemmer and fsrs, which
+13 tests import) travel as wheels in ./.whl (git-ignored; `pip download --no-deps --only-binary=:all:
+--python-version 3.12 -d .whl NAME`): the install below takes them before the project.
 """
 
 from __future__ import annotations
@@ -382,6 +386,10 @@ def _ensure_installed() -> None:
         return
     if os.environ.get("DRILL_SUITE_INSTALLED"):
         sys.exit("drill.kernels is still not importable after installing the project:\n" + probe.stderr.decode())
+    wheels = sorted(str(w) for w in (ROOT / ".whl").glob("*.whl"))
+    if wheels:  # what the image lacks (module docstring)
+        print(f"installing {len(wheels)} carried wheels from .whl", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *wheels], check=True)
     print("installing the project (pip install --no-deps --no-build-isolation -e .)", flush=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--no-index", "-e", str(ROOT)], check=True)
