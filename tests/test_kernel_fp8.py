@@ -156,6 +156,13 @@ def test_cpu_incoherent_processing_spreads_a_shared_outlier_channel():
         flash_fp8.incoherent(q[..., :48], k[..., :48])
 
 
+def test_cpu_fp8_reads_bshd_views_as_contiguous():
+    """[B, S, H, D] tensors passed as .transpose(1, 2) give the same bits as contiguous copies."""
+    q, k, v = (t.transpose(1, 2) for t in _inputs(1, 64, 64, 2, 2, 32, seed=9))  # built [B, S, H, D]
+    o = flash_attention_fp8(q, k, v, True)
+    assert torch.equal(o, flash_attention_fp8(q.contiguous(), k.contiguous(), v.contiguous(), True))
+
+
 @pytest.mark.parametrize("bad", ["dims", "heads", "head_dim", "dtype", "scale"])
 def test_cpu_fp8_rejects_bad_arguments(bad):
     q, k, v = _inputs(1, 2, 2, 32, 32, 32)
