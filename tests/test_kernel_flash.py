@@ -791,9 +791,10 @@ def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
     programs (132 or 264), so their loop over tiles, the ring and the ping-pong turns carry over
     from one tile to the next, and causal ones run their tiles in long-short pairs. 1920 gives 15
     query blocks per head, an odd count that cannot pair up (the persistent configs alone). Causal
-    programs also run in groups of 3 of the 32 heads, the last group smaller (_grouped). 192-row tiles divide 1920 but not 2048, where one block of each head
-    overlaps its neighbour. Causal outputs equal, bit for bit, those with TRIM off (the key blocks
-    past a partition's diagonal, which TRIM skips, add exact zeros)."""
+    programs also run in groups of 3 of the 32 heads, the last group smaller (_grouped). 192-row
+    tiles divide 1920 but not 2048, where one block of each head overlaps its neighbour. Causal
+    outputs equal, bit for bit, those with TRIM off (the key blocks past a partition's diagonal,
+    which TRIM skips, add exact zeros)."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
