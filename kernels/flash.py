@@ -1021,6 +1021,26 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
+def check_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float | None,
+                    name: str = "flash_attention") -> float:
+    """A clear ValueError for shapes, head dims, dtypes or a scale the kernels do not take; the
+    scale to use (1/sqrt(D) when None)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"{name} expects q [B, H, S, D] and k, v [B, Hkv, S, D]")
+    B, H, SQ, D = q.shape
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or k.shape[1] == 0 or H % k.shape[1]:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "(k and v must be [B, Hkv, Sk, D] with Hkv dividing H)")
+    if D not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head dim {D} not supported (16, 32, 64, 128 or 256)")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError("q, k, v must share one dtype: float16, bfloat16 or float32")
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    if not sm_scale > 0:
+        raise ValueError("sm_scale must be positive")
+    return float(sm_scale)
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None, return_lse: bool = False):
     """softmax(q k^T * sm_scale [+ bottom-right causal mask]) v, fused; see the module docstring.
@@ -1032,20 +1052,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     logsumexp of the scaled scores (-inf for rows that see no key). Differentiable in q, k,
     v (dk and dv summed over each group), and through lse too (its gradient folds into delta).
     """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError("flash_attention expects q [B, H, S, D] and k, v [B, Hkv, S, D]")
-    B, H, SQ, D = q.shape
-    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or k.shape[1] == 0 or H % k.shape[1]:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-                         "(k and v must be [B, Hkv, Sk, D] with Hkv dividing H)")
-    if D not in (16, 32, 64, 128, 256):
-        raise ValueError(f"head dim {D} not supported (16, 32, 64, 128 or 256)")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError("q, k, v must share one dtype: float16, bfloat16 or float32")
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(D)
-    if not sm_scale > 0:
-        raise ValueError("sm_scale must be positive")
+    sm_scale = check_arguments(q, k, v, sm_scale)
     if _interpreting() and q.dtype == torch.bfloat16:
         # Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns): run fp32,
         # round the output as a bf16 kernel would; gradients flow back through the casts

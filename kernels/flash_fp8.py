@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from .fastlaunch import interpreting
+from .flash import check_arguments
 
 E4M3_MAX = 448.0
 P_SCALE = 256.0  # P in [0, 1] is quantised as P_SCALE·P: exact, and clear of e4m3's subnormals
@@ -153,21 +154,8 @@ class Quantized:
         self.dtype, self.shape = dtype, shape
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
-        raise ValueError("flash_attention_fp8 expects q [B, H, S, D] and k, v [B, Hkv, S, D]")
-    B, H, _, D = q.shape
-    if k.shape[0] != B or k.shape[3] != D or k.shape[1] == 0 or H % k.shape[1]:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if D not in (16, 32, 64, 128, 256):
-        raise ValueError(f"head dim {D} not supported (16, 32, 64, 128 or 256)")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not (q.dtype == k.dtype == v.dtype):
-        raise ValueError("q, k, v must share one dtype: float16, bfloat16 or float32")
-
-
 def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool = False) -> Quantized:
     """Quantise q, k (after the rotation, if asked) and v per block (module docstring)."""
-    _check(q, k, v)
     block_m, block_n, _, _ = blocks(q.shape[-1])
     if rotate:
         q, k = incoherent(q, k)
@@ -198,9 +186,7 @@ def flash_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     """softmax(q kᵀ · sm_scale [+ bottom-right causal mask]) v with both matmuls in FP8 (e4m3),
     per-block scales, and optionally incoherent processing of q and k (module docstring).
     Forward only: nothing here is differentiable. Returns o in q's dtype, or (o, lse)."""
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    if not sm_scale > 0:
-        raise ValueError("sm_scale must be positive")
+    sm_scale = check_arguments(q, k, v, sm_scale, "flash_attention_fp8")
     with torch.no_grad():
-        o, lse = forward(prepare(q, k, v, rotate=incoherent), causal, float(sm_scale))
+        o, lse = forward(prepare(q, k, v, rotate=incoherent), causal, sm_scale)
     return (o, lse) if return_lse else o
