@@ -115,3 +115,32 @@ def test_report_names_the_sandbox_level(tmp_path):
     assert result.status == "pass"
     assert result.sandbox == sandbox.level()
     assert result.to_json()["sandbox"] in ("full", "partial")
+
+
+def test_sandbox_imports_beside_a_hidden_folder_but_never_reads_it(tmp_path, monkeypatch):
+    """`pip install .` puts drill (hidden from the subject) and numpy in one site-packages. An import
+    lists the folder it searches, so the subject must be able to list that folder to import numpy
+    (before this, every NumPy exercise was "not graded" after a non-editable install); it must still
+    fail to open a file of the hidden folder."""
+    import subprocess
+    import sys
+
+    from drill.grader import sandbox
+
+    if sandbox.landlock_abi() < 1:
+        pytest.skip("no Landlock on this kernel")
+    site = tmp_path / "site"
+    (site / "hidden").mkdir(parents=True)
+    (site / "hidden" / "checks.py").write_text("ANSWER = 1\n")
+    (site / "beside").mkdir()
+    (site / "beside" / "__init__.py").write_text("VALUE = 42\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.syspath_prepend(str(site))  # a read root, as site-packages is
+    paths_ = sandbox.policy_paths(sandbox.Policy(scratch, [site / "hidden"]))
+    code = (f"import sys; sys.path.insert(0, {str(site)!r}); import beside; print(beside.VALUE)\n"
+            f"try:\n    open({str(site / 'hidden' / 'checks.py')!r}).read(); print('read')\n"
+            "except PermissionError:\n    print('denied')\n")
+    proc = subprocess.run([sys.executable, "-s", "-B", "-c", code], capture_output=True, text=True, cwd=scratch,
+                          preexec_fn=sandbox.preexec(0, 10**7, paths_), timeout=60)
+    assert proc.stdout.split() == ["42", "denied"], proc.stdout + proc.stderr

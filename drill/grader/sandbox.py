@@ -95,39 +95,43 @@ class Policy:
                 roots.add(os.path.realpath(entry))
         self.read_roots = sorted(r for r in roots if os.path.exists(r))
 
-    def read_paths(self) -> list[str]:
-        """The read roots, each expanded around the hidden paths it contains."""
-        out: list[str] = []
+    def paths(self) -> tuple[list[str], list[str]]:
+        """(read, list-only): the read roots, each expanded around the hidden paths it contains, and
+        the folders on the way down to a hidden path, whose entries may be listed but not read. An
+        import lists the folder it searches, so without the second a package installed beside drill
+        (in one site-packages, as `pip install .` puts them) could not be imported."""
+        read: list[str] = []
+        listed: list[str] = []
         for root in self.read_roots:
-            out += self._expand(Path(root))
-        return sorted(set(out))
+            self._expand(Path(root), read, listed)
+        return sorted(set(read)), sorted(set(listed))
 
-    def _expand(self, path: Path) -> list[str]:
+    def _expand(self, path: Path, read: list[str], listed: list[str]) -> None:
         if any(path == h for h in self.hidden):
-            return []
+            return
         if not any(_inside(h, path) for h in self.hidden):
-            return [str(path)]
+            read.append(str(path))
+            return
         # A hidden path lies below: allow the siblings on the way down, never the hidden one.
         try:
             children = list(path.iterdir())
         except OSError:
-            return []
-        out = []
+            return
+        listed.append(str(path))
         for child in children:
             if child.is_symlink():
                 continue  # a link could lead back into a hidden folder
-            out += self._expand(child)
-        return out
+            self._expand(child, read, listed)
 
 
 def _inside(child: Path, parent: Path) -> bool:
     return child != parent and parent in child.parents
 
 
-def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: int = 0, scoped: bool = True,
-                    own_proc: bool = False) -> None:
+def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str], list[str]], net: int = 0,
+                    scoped: bool = True, own_proc: bool = False) -> None:
     """Restrict this process (and what it starts) to the paths given; `net`: TCP rights to deny (ABI 4+)."""
-    read_paths, write_paths, device_paths = policy_paths
+    read_paths, write_paths, device_paths, list_paths = policy_paths
     libc = _libc()
     create, add, restrict = _SYSCALLS[platform.machine()]
     abi = int(libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
@@ -156,6 +160,8 @@ def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str]], net: i
 
     for path in read_paths:
         allow(path, READ)
+    for path in list_paths:  # names only: a hidden file below still cannot be opened
+        allow(path, _READ_DIR)
     for path in device_paths:
         allow(path, READ | _WRITE_FILE | (_WRITE_TREE if path == "/dev/shm" else 0))
     for path in write_paths:
@@ -188,7 +194,7 @@ def _drop_capabilities() -> None:
     libc.capset(ctypes.byref(header), ctypes.byref(data))
 
 
-def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str], list[str]] | None,
+def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str], list[str], list[str]] | None,
             group: "MemoryGroup | None" = None, cuda: bool = False):
     """The function subprocess runs in the child before exec (computed paths are passed in)."""
 
@@ -209,9 +215,11 @@ def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str]
     return apply
 
 
-def policy_paths(policy: Policy) -> tuple[list[str], list[str], list[str]]:
+def policy_paths(policy: Policy) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(read, write, device, list-only) paths, as _apply_landlock takes them."""
     devices = list(DEVICES) + [str(p) for p in Path("/dev").glob("nvidia*")] + ["/dev/dri"]
-    return policy.read_paths(), [str(policy.scratch)], [d for d in devices if os.path.exists(d)]
+    read, listed = policy.paths()
+    return read, [str(policy.scratch)], [d for d in devices if os.path.exists(d)], listed
 
 
 # --- one contained process tree ---------------------------------------------------------------
