@@ -53,11 +53,11 @@ def run_variant(variant: str) -> tuple[bool, str]:
         policy = sandbox.Policy(scratch, [])
         paths = sandbox.policy_paths(policy) if sandbox.landlock_abi() >= 1 else None
         if paths is not None and variant in EXTRA_READS:
-            paths = (paths[0] + EXTRA_READS[variant], paths[1], paths[2])
+            paths = (paths[0] + EXTRA_READS[variant], *paths[1:])
         if paths is not None and variant in EXTRA_WRITES:
-            paths = (paths[0], paths[1] + EXTRA_WRITES[variant], paths[2])
+            paths = (paths[0], paths[1] + EXTRA_WRITES[variant], *paths[2:])
         if paths is not None and variant == "write_reads":
-            paths = (paths[0], paths[1] + paths[0], paths[2])
+            paths = (paths[0], paths[1] + paths[0], *paths[2:])
         group = sandbox.MemoryGroup.create(f"drill-probe-{os.getpid()}-{variant}", 16 * 2**30)
         try:
             proc = subprocess.run([sys.executable, "-s", "-B", "probe.py"], cwd=tmp, capture_output=True, text=True,
