@@ -227,7 +227,8 @@ def _shut_in(folder: str) -> None:
     work = Path(folder).parent.parent  # the launcher's folder: other ranks' shards and results
     policy = sandbox.Policy(Path(folder), [work])
     devices = [d for d in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(d)]
-    sandbox._apply_landlock((policy.read_paths(), [policy.scratch.as_posix()], devices), net=_NET_TCP)
+    read, listed = policy.paths()
+    sandbox._apply_landlock((read, [policy.scratch.as_posix()], devices, listed), net=_NET_TCP)
 
 
 def _flop_counter():
