@@ -802,6 +802,7 @@ def _bucket(n: int) -> int:
 # Pinned configs, DRILL_FLASH_TUNE=0 and the interpreter always run this file's kernel.
 FORWARD = os.environ.get("DRILL_FLASH_FWD", "auto")
 _FWD_PLAN: dict[tuple, dict | None] = {}  # shape bucket -> the Gluon config chosen, None for Triton
+PLAN_TIMES: dict[str, dict[str, float]] = {}  # "fwd-plan <bucket>" etc. -> each candidate's best median (ms)
 
 
 def _gluon_forward(q, k, v, causal: bool, sm_scale: float):
@@ -821,12 +822,12 @@ def _gluon_forward(q, k, v, causal: bool, sm_scale: float):
     # (NOTES g4), so separate choices would only add the tuner's noise between them.
     key = (D, causal, str(q.dtype), H // k.shape[1], _bucket(B * H), _bucket(SQ), _bucket(k.shape[2]))
     if key not in _FWD_PLAN:
-        _FWD_PLAN[key] = _pick_forward(q, k, v, causal, sm_scale, flash_hopper)
+        _FWD_PLAN[key] = _pick_forward(q, k, v, causal, sm_scale, flash_hopper, "fwd-plan " + " ".join(map(str, key)))
     cfg = _FWD_PLAN[key]
     return None if cfg is None else flash_hopper.forward(q, k, v, causal, sm_scale, cfg)
 
 
-def _fastest(runs: dict, rounds: int = 2):
+def _fastest(runs: dict, label: str, rounds: int = 2):
     """The key of the fastest of `runs` (key -> callable). Each is timed by do_bench (100 ms; with 50
     the choice flipped between configs 2-3 % apart from run to run) in `rounds` interleaved rounds
     and kept at its best, so one timing caught by a dip of the GPU's clock cannot decide: with a
@@ -834,28 +835,34 @@ def _fastest(runs: dict, rounds: int = 2):
     other table of the same session (kernels/NOTES.md h5). Medians, the statistic Triton's autotuner
     and our tables compare: the Triton kernel's mean can sit well under its median (0.681 against
     0.724 ms at D = 64, 4k causal, NOTES h9), so by the mean a plan can take it over a config whose
-    median is faster."""
+    median is faster. Every candidate's time goes to PLAN_TIMES[label], for the benchmark's report."""
     best = dict.fromkeys(runs, float("inf"))
     for _ in range(rounds):
         for key, fn in runs.items():
             best[key] = min(best[key], triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median"))
+    PLAN_TIMES[label] = {("triton" if key is None else f"gluon #{key}"): ms for key, ms in best.items()}
     return min(best, key=best.get)
 
 
-def _pick_forward(q, k, v, causal, sm_scale, flash_hopper) -> dict | None:
+def _pick_forward(q, k, v, causal, sm_scale, flash_hopper, label: str) -> dict | None:
     """The faster of this file's tuned kernel and each Gluon config (_fastest); a Gluon config whose
     output differs from this file's kernel's is never chosen."""
     want = _triton_forward(q, k, v, causal, sm_scale)[0].float()  # also tunes this file's configs
     runs = {None: lambda: _triton_forward(q, k, v, causal, sm_scale)}
     cands = flash_hopper.CANDIDATES[q.shape[-1]]
+    rejected = []
     for i, cfg in enumerate(cands):
         try:
             o = flash_hopper.forward(q, k, v, causal, sm_scale, cfg)[0]
         except Exception:  # a config that does not compile or fit
+            rejected.append(i)
             continue
         if torch.allclose(o.float(), want, atol=2e-2, rtol=0):
             runs[i] = lambda cfg=cfg: flash_hopper.forward(q, k, v, causal, sm_scale, cfg)
-    i = _fastest(runs)
+        else:
+            rejected.append(i)
+    i = _fastest(runs, label)
+    PLAN_TIMES[label].update({f"gluon #{j}": math.inf for j in rejected})  # inf: failed or differed
     return None if i is None else cands[i]
 
 
@@ -863,7 +870,7 @@ _BWD_PLAN: dict[tuple, dict] = {}  # shape bucket -> {"kv": Gluon config or None
 
 
 def _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq, dk, dv, lse2, delta, causal,
-                   sm_scale) -> dict:
+                   sm_scale, label: str = "bwd-plan") -> dict:
     """Per pass, the faster of this file's tuned kernel and each Gluon config (_fastest); a Gluon
     config whose gradients differ from this file's kernel's is never chosen. Each pass writes only
     its own outputs, so the two are timed apart."""
@@ -883,7 +890,7 @@ def _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq, dk, d
                 continue
             if all(torch.allclose(t.float(), w, atol=2e-2, rtol=2e-2) for t, w in zip(outs, want)):
                 runs[i] = lambda cfg=cfg: run_gluon(cfg)
-        i = _fastest(runs)
+        i = _fastest(runs, label.replace("bwd-plan", f"bwd-plan {name}", 1))
         picks[name] = None if i is None else cands[i]
     return picks
 
@@ -972,7 +979,8 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
                     bucket = (D, causal, str(q.dtype), H // HKV, _bucket(B * H), _bucket(SQ), _bucket(SK))
                     if bucket not in _BWD_PLAN:
                         _BWD_PLAN[bucket] = _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq,
-                                                           dk, dv, lse2, delta, causal, sm_scale)
+                                                           dk, dv, lse2, delta, causal, sm_scale,
+                                                           "bwd-plan " + " ".join(map(str, bucket)))
                     picks = _BWD_PLAN[bucket]
         if picks["kv"]:
             flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale, picks["kv"])

@@ -202,12 +202,16 @@ def step_flash_bench(ctx: Context) -> StepResult:
             f"TFLOP/s from do_bench medians.")
     chosen = flash.tuned_configs()
     cfg_md = "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
-    md = f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype dot-precision tile-mode host-descriptors H/Hkv Sq-bucket Sk-bucket):\n\n{cfg_md}"
+    times_md = "\n".join(f"- {k}: " + ", ".join(f"{n} {ms:.3f}" if ms < float("inf") else f"{n} rejected" for n, ms in sorted(v.items(), key=lambda x: x[1]))
+                         for k, v in sorted(flash.PLAN_TIMES.items()))
+    md = (f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype dot-precision tile-mode host-descriptors "
+          f"H/Hkv Sq-bucket Sk-bucket):\n\n{cfg_md}\n\nThe plans' timings, ms (best median of two rounds; gluon #i: "
+          f"flash_hopper's CANDIDATES[D][i]; rejected: did not compile or its output differed):\n\n{times_md}")
     ratios = [(r, r.get("ours/cudnn")) for r in rows if r.get("ours/cudnn")]
     worst = min(ratios, key=lambda x: x[1]) if ratios else None
     summary = f"{len(rows)} rows" + (f"; lowest ours/cuDNN {worst[1]:.2f} (D={worst[0]['d']} S={worst[0]['s']} "
                                      f"{worst[0]['pass']})" if worst else "")
-    return StepResult("pass", summary, md, {"rows": rows, "configs": chosen})
+    return StepResult("pass", summary, md, {"rows": rows, "configs": chosen, "plan_times": dict(flash.PLAN_TIMES)})
 
 
 def step_flash_features(ctx: Context) -> StepResult:

@@ -422,10 +422,11 @@ def test_cpu_fastest_keeps_each_candidates_best_round(monkeypatch):
         return next(timings[fn()])
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
-    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}) == "a"
+    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, "test-plan") == "a"
+    assert flash_mod.PLAN_TIMES["test-plan"] == {"gluon #a": 0.8, "gluon #b": 1.0}  # reported with the table
     assert set(modes) == {"median"}  # what Triton's autotuner and the benchmark tables compare
     timings = {"a": iter([2.0]), "b": iter([1.0])}
-    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, rounds=1) == "b"
+    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, "test-plan", rounds=1) == "b"
 
 
 def test_cpu_backward_plan_switch(monkeypatch):
