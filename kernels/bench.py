@@ -1051,21 +1051,24 @@ def _scaled_mm_tflops(n: int = 8192) -> float:
 def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
               log: Callable[[str], None] = print) -> tuple[list[dict], str]:
     """The FP8 forward (kernels/flash_fp8.py) against SDPA cuDNN in bf16, same inputs, one run:
-    TFLOP/s of the kernel alone (inputs quantised beforehand, as a model that keeps FP8
-    activations would call it) and with the quantisation, the share of the datasheet's FP8 peak
-    and of a measured e4m3 matmul; and the error against fp32 attention on one head pair (relative
-    Frobenius), plain, with incoherent processing, and cuDNN bf16's for scale."""
+    TFLOP/s of each kernel alone (inputs quantised beforehand, as a model that keeps FP8
+    activations would call it): the plan's (flash_fp8.gluon_config), the Triton kernel and every
+    flash_hopper candidate with FP8=True; the plan's with the quantisation, and the quantisation
+    alone; the share of the datasheet's FP8 peak and of a measured e4m3 matmul; and the error
+    against fp32 attention on one head pair (relative Frobenius), plain, with incoherent
+    processing, and cuDNN bf16's for scale."""
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash_fp8
+    from drill.kernels import flash_fp8, flash_hopper
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
     mm = _scaled_mm_tflops()
-    rows = []
+    rows, every = [], []
     lines = [f"e4m3 matmul (torch._scaled_mm, 8192³): {mm:.0f} TFLOP/s; datasheet dense FP8 peak {H200_FP8_PEAK:.0f}.",
-             "", "| D | S | mask | FP8 kernel TFLOP/s | FP8 with quantisation | cuDNN bf16 | FP8 / cuDNN | "
-             "FP8 / peak | FP8 / matmul | error FP8 | error FP8 incoherent | error cuDNN bf16 |", "|" + "---|" * 12]
+             "", "| D | S | mask | plan's kernel | TFLOP/s | with quantisation | quantisation ms | cuDNN bf16 | "
+             "plan / cuDNN | plan / peak | plan / matmul | error FP8 | error FP8 incoherent | error cuDNN bf16 |",
+             "|" + "---|" * 14]
 
     def rel(o, ref):
         return ((o.float() - ref).norm() / ref.norm()).item()
@@ -1075,11 +1078,22 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
         q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
         scale = 1.0 / math.sqrt(d)
         fl_ = flops(b, h, s, d, causal, "fwd")
+        plan = flash_fp8.gluon_config(q, k, causal)
+        kernels = {"triton": None, **{f"gluon #{i}": c for i, c in enumerate(flash_hopper.CANDIDATES[d])}}
+        plan_name = next((n for n, c in kernels.items() if c == plan), "plan")
+        kernels.setdefault(plan_name, plan)
+        tf, errors = {}, {}
         with torch.no_grad():
-            x = flash_fp8.prepare(q, k, v)
-            tf = {"kernel": fl_ / _median_ms(lambda: flash_fp8.forward(x, causal, scale)) * 1e-9,
-                  "quantised": fl_ / _median_ms(lambda: flash_fp8.flash_attention_fp8(q, k, v, causal, scale)) * 1e-9,
-                  "cudnn": fl_ / _median_ms(lambda: cudnn(q, k, v, causal, scale)) * 1e-9}
+            for name, cfg in kernels.items():
+                try:
+                    x = flash_fp8.prepare(q, k, v, causal, cfg=cfg)
+                    tf[name] = fl_ / _median_ms(lambda: flash_fp8.forward(x, causal, scale)) * 1e-9
+                except Exception as exc:  # a config that does not compile or fit
+                    errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            x = flash_fp8.prepare(q, k, v, causal)
+            quant_ms = _median_ms(lambda: flash_fp8.prepare(q, k, v, causal))
+            tf["quantised"] = fl_ / _median_ms(lambda: flash_fp8.flash_attention_fp8(q, k, v, causal, scale)) * 1e-9
+            tf["cudnn"] = fl_ / _median_ms(lambda: cudnn(q, k, v, causal, scale)) * 1e-9
             part = [t[:1, :2] for t in (q, k, v)]  # fp32 attention over 2 heads: S² scores fit easily
             scores = part[0].float() @ part[1].float().transpose(-1, -2) * scale  # full fp32 (no TF32)
             if causal:
@@ -1090,14 +1104,20 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
                    "incoherent": rel(flash_fp8.flash_attention_fp8(*part, causal, scale, incoherent=True), ref),
                    "cudnn": rel(cudnn(*part, causal, scale), ref)}
         del x
-        rows.append({**case, "tflops": tf, "errors": err, "matmul": mm})
-        lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {tf['kernel']:.0f} | "
-                     f"{tf['quantised']:.0f} | {tf['cudnn']:.0f} | {tf['kernel'] / tf['cudnn']:.2f} | "
-                     f"{tf['kernel'] / H200_FP8_PEAK:.2f} | {tf['kernel'] / mm:.2f} | {err['fp8']:.2e} | "
+        ours = tf[plan_name]
+        rows.append({**case, "plan": plan_name, "tflops": tf, "quant_ms": quant_ms, "errors": err, "failed": errors,
+                     "matmul": mm})
+        lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {plan_name} | {ours:.0f} | "
+                     f"{tf['quantised']:.0f} | {quant_ms:.3f} | {tf['cudnn']:.0f} | {ours / tf['cudnn']:.2f} | "
+                     f"{ours / H200_FP8_PEAK:.2f} | {ours / mm:.2f} | {err['fp8']:.2e} | "
                      f"{err['incoherent']:.2e} | {err['cudnn']:.2e} |")
         log(lines[-1])
+        every.append(f"- D = {d}, {s // 1024}k, {'causal' if causal else 'no mask'}: " + ", ".join(
+            f"{n} {tf[n]:.0f}" if n in tf else f"{n} failed ({errors[n]})" for n in kernels))
+        log(every[-1])
         del q, k, v
         torch.cuda.empty_cache()
+    lines += ["", "Every kernel alone, TFLOP/s (gluon #i: flash_hopper.CANDIDATES[D][i] with FP8=True):", ""] + every
     return rows, "\n".join(lines)
 
 

@@ -94,6 +94,40 @@ def cases(mod, only):
                        TILE_ROLES["bwd_kv"], (4, 2))
 
 
+def compile_gluon_forward(cfg: dict, d: int, causal: bool, fp8: bool):
+    """flash_hopper's forward kernel compiled for sm_90 with the installed Triton (no GPU needed:
+    Triton 3.9 compiles Gluon for an explicit target), as forward / forward_fp8 would launch cfg."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from drill.kernels import flash_hopper as fh
+
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    rows, bn = cfg["BLOCK_M"] // cfg["PARTS"], cfg["BLOCK_N"]
+
+    def desc(r, c, t):
+        return TensorDescriptor(torch.empty(1024, 1024, dtype=t), [1024, 1024], [1024, 1], [r, c],
+                                fh._smem_layout(r, c, t)).__mangle__()
+
+    descs = {"q_desc": desc(rows, d, dtype), "k_desc": desc(bn, d, dtype),
+             "v_desc": desc(d, bn, dtype) if fp8 else desc(bn, d, dtype), "o_desc": desc(rows, d, torch.bfloat16)}
+    persistent = bool(cfg.get("PERSISTENT"))
+    consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=causal, PARTS=cfg["PARTS"],
+                  PAIRED=causal and persistent, OWN_O=fp8 or persistent, TRIM=fh.TRIM, FP8=fp8,
+                  num_warps=cfg["num_warps"])
+    fn = fh._fwd_kernel
+    floats = ("LSE", "QS", "KS", "VC", "VOUT")
+    sig = {n: "constexpr" if n in consts else descs.get(n) or ("*fp32" if n in floats else
+                                                                "fp32" if n == "qk_scale" else "i32")
+           for n in fn.arg_names}
+    options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}))
+    return triton.compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                          options=options)
+
+
 def main(argv: list[str]) -> int:
     import triton
     from triton.backends.compiler import GPUTarget

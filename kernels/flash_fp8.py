@@ -3,23 +3,33 @@
 Hopper's tensor cores multiply e4m3 operands at twice the bf16 rate. FlashAttention-3 (Shah et
 al. 2024, §3.3) runs attention in FP8 with two measures against its 3-bit mantissa:
 
-- Block quantisation. Each block of BLOCK_M query rows, and each block of BLOCK_N key and value
-  rows, gets its own scale (its largest |x| over 448, e4m3's largest finite value), so one outlier
-  costs precision only in its block. The scales of Q and K fold into the softmax's scale factor;
-  V's scale multiplies each block's P·V product before it joins the accumulator.
+- Block quantisation. Each block of query rows, and each block of BLOCK_N key and value rows,
+  gets its own scale (its largest |x| over 448, e4m3's largest finite value), so one outlier
+  costs precision only in its block. The scales of Q and K fold into the softmax's scale factor.
+  V's block scale folds into P: block j's P is quantised as 256·P·r_j, r_j = scale_j / (the
+  head's largest V scale) ≤ 1, so every block's P·V adds straight into one accumulator, which
+  is multiplied back once at the end. A block of small values gets a P with fewer bits, but its
+  share of the output is small by the same factor.
 - Incoherent processing (optional). Q and K are multiplied by the same random orthogonal matrix M
   (a Hadamard matrix with random signs, over sqrt(D)); Q M (K M)ᵀ = Q Kᵀ, but an outlier channel
   is spread over every channel, so the block scales fit the values better.
 
-P = exp2(S - m) lies in [0, 1]; it is quantised as 256·P (a power of two, so the scale is exact)
-to keep small probabilities out of e4m3's subnormals, and the 256 is divided out with the row sum,
-which is accumulated from the unquantised P in fp32. V is stored transposed ([B, H, D, S]),
-so both matmuls read their reduction dimension contiguously, as Hopper's FP8 wgmma requires.
+P = exp2(S - m) lies in [0, 1]; the 256 in 256·P (a power of two, so exact) keeps small
+probabilities out of e4m3's subnormals. The factor 256·r_j goes into the exponent (exp2(S − m +
+log2(256·r_j))), so it costs nothing per score; the row sum is accumulated without it in fp32.
+V is stored transposed ([B, H, D, S]), so both matmuls read their reduction dimension
+contiguously, as Hopper's FP8 wgmma requires. One Triton kernel (`quantize`) reads each input
+once and writes its e4m3 copy and block scales.
+
+Two kernels run it. On Hopper, for the shapes kernels/flash_hopper.py covers (Sq and Sk multiples
+of 128, causal only with Sq = Sk, bf16 or fp16 in), its warp-specialised Gluon forward with FP8=True
+(a TMA producer warp, asynchronous e4m3 wgmma, P rounded to e4m3 in registers). Everywhere else,
+including the interpreter, the plain Triton kernel below.
 
 Shapes as flash_attention: q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with Hkv dividing H (GQA), any
-lengths, causal aligned bottom-right. Returns o in q's dtype (and the natural-log lse). Plain
-pointer arithmetic, so it runs under TRITON_INTERPRET=1; kernels/NOTES.md h10 has its accuracy
-and speed.
+lengths, causal aligned bottom-right. Returns o in q's dtype (and the natural-log lse). The Triton
+kernel is plain pointer arithmetic, so it runs under TRITON_INTERPRET=1; kernels/NOTES.md h10 and
+h11 have the accuracy and speed.
 """
 
 from __future__ import annotations
@@ -34,6 +44,13 @@ import triton.language as tl
 from .fastlaunch import interpreting
 from .flash import check_arguments
 
+# The Gluon config per head dim (flash_hopper's config format), chosen in kernels/NOTES.md h11;
+# a head dim not here runs the Triton kernel. bench_fp8 times every flash_hopper candidate.
+GLUON_CONFIGS: dict[int, dict] = {64: dict(BLOCK_M=192, BLOCK_N=128, STAGES=3, num_warps=4, maxnreg=None, PARTS=3,
+                                           PERSISTENT=False),
+                                  128: dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2,
+                                            PERSISTENT=False)}
+
 E4M3_MAX = 448.0
 P_SCALE = 256.0  # P in [0, 1] is quantised as P_SCALE·P: exact, and clear of e4m3's subnormals
 LOG2E = 1.4426950408889634
@@ -46,9 +63,10 @@ def blocks(d: int) -> tuple[int, int, int, int]:
     return 128, 128, 8, 3
 
 
-def quantize(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_reference(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x [B, H, S, D] as e4m3 with one float32 scale per block of `block` rows: (x8, scale [B, H,
-    ceil(S / block)]), x ≈ x8 · scale row-block by row-block."""
+    ceil(S / block)]), x ≈ x8 · scale row-block by row-block. In torch: what `quantize` computes
+    in one pass, and the tests' reference."""
     B, H, S, D = x.shape
     n = -(-S // block)
     padded = torch.nn.functional.pad(x.float(), (0, 0, 0, n * block - S))
@@ -56,6 +74,41 @@ def quantize(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     scale = amax.clamp_min(1e-12) / E4M3_MAX  # an all-zero block keeps a finite scale
     x8 = (padded.view(B, H, n, block, D) / scale[..., None, None]).view(B, H, n * block, D)[:, :, :S]
     return x8.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
+
+
+@triton.jit
+def _quantize_kernel(X, Y, SCALE, sxb, sxh, sxs, syb, syr, syd, H, S, NB,
+                     BLOCK: tl.constexpr, D: tl.constexpr, ROUND_FIRST: tl.constexpr):
+    """One block of BLOCK rows of one head: its scale (largest |x| / 448) and its e4m3 values,
+    stored at Y + row·syr + column·syd (syd ≠ 1: transposed)."""
+    blk = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    rows = blk * BLOCK + tl.arange(0, BLOCK)
+    dims = tl.arange(0, D)
+    inside = rows[:, None] < S
+    x = tl.load(X + off_hz // H * sxb + off_hz % H * sxh + rows[:, None] * sxs + dims[None, :], mask=inside,
+                other=0.0).to(tl.float32)
+    scale = tl.maximum(tl.max(tl.max(tl.abs(x), 1), 0), 1e-12) / 448.0  # an all-zero block stays finite
+    y = x / scale
+    if ROUND_FIRST:
+        y = _e4m3_rounded(y)
+    tl.store(Y + off_hz * syb + rows[:, None] * syr + dims[None, :] * syd, y.to(tl.float8e4nv), mask=inside)
+    tl.store(SCALE + off_hz * NB + blk, scale)
+
+
+def quantize(x: torch.Tensor, block: int, transpose: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """As quantize_reference, in one read of x (any strides with a unit last one) and one write;
+    transpose: the e4m3 copy laid out [B, H, D, S] (returned as that tensor)."""
+    B, H, S, D = x.shape
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    n = -(-S // block)
+    y = torch.empty((B, H, D, S) if transpose else (B, H, S, D), dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.empty((B, H, n), dtype=torch.float32, device=x.device)
+    row_stride, col_stride = (1, S) if transpose else (D, 1)
+    _quantize_kernel[(n, B * H)](x, y, scale, *x.stride()[:3], S * D, row_stride, col_stride, H, S, n,
+                                 BLOCK=block, D=D, ROUND_FIRST=interpreting(), num_warps=8 if block * D >= 8192 else 4)
+    return y, scale
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,22 +133,23 @@ def incoherent(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 @triton.jit
 def _e4m3_rounded(x):
-    """x rounded to e4m3's 3 mantissa bits (to nearest, ties to even) while still fp32, for the
-    interpreter: its own fp32 -> e4m3 conversion drops the carry when rounding up crosses a power
-    of two (125.6 becomes 64, not 128; Triton 3.9). Exact for e4m3's normal range, all that
-    matters here (256·P below 2^-6 is P below 6e-5)."""
+    """x rounded to e4m3 (to nearest, ties to even) while still fp32, for the interpreter: its own
+    fp32 -> e4m3 conversion drops the carry when rounding up crosses a power of two (125.6 becomes
+    64, not 128; Triton 3.9). Normal values keep 3 mantissa bits; below 2^-6, e4m3's subnormals,
+    the step is 2^-9, which adding and taking away 1.5·2^14 rounds to (fp32's step there)."""
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
-    return bits.to(tl.float32, bitcast=True)
+    return tl.where(tl.abs(x) < 0.015625, (x + 24576.0) - 24576.0, bits.to(tl.float32, bitcast=True))
 
 
 @triton.jit
-def _fp8_fwd_kernel(Q, K, VT, QS, KS, VS, O, LSE,
+def _fp8_fwd_kernel(Q, K, VT, QS, KS, VC, VOUT, O, LSE,
                     sqb, sqh, sqs, skb, skh, sks, svb, svh, svd, sob, soh, sos,
                     H, G, SQ, SK, NQB, NKB, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                    P_SCALE: tl.constexpr, ROUND_FIRST: tl.constexpr):
-    """One program per (query block, batch·head); VT is V transposed, [B, Hkv, D, Sk]."""
+                    ROUND_FIRST: tl.constexpr):
+    """One program per (query block, batch·head); VT is V transposed, [B, Hkv, D, Sk]; QS one
+    scale per BLOCK_M query rows, KS and VC (log2 of P's factor) per key block, VOUT per head."""
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     b = off_hz // H
@@ -127,18 +181,17 @@ def _fp8_fwd_kernel(Q, K, VT, QS, KS, VS, O, LSE,
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
-        p = tl.math.exp2(s - m_ref[:, None])
+        vc = tl.load(VC + kv_head * NKB + start_n // BLOCK_N)
+        p8 = tl.math.exp2(s - (m_ref - vc)[:, None])  # P times 2^vc: V's block scale folded in
         alpha = tl.math.exp2(m_i - m_ref)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p8, 1) * tl.math.exp2(-vc)
         vt = tl.load(v_base + dims[:, None] * svd + cols[None, :], mask=cols[None, :] < SK, other=0.0)
-        p8 = p * P_SCALE
         if ROUND_FIRST:
             p8 = _e4m3_rounded(p8)
-        pv = tl.dot(p8.to(tl.float8e4nv), tl.trans(vt))
-        acc = acc * alpha[:, None] + pv * tl.load(VS + kv_head * NKB + start_n // BLOCK_N)
+        acc = tl.dot(p8.to(tl.float8e4nv), tl.trans(vt), acc * alpha[:, None])
         m_i = m_new
     seen = l_i > 0
-    o = acc / tl.where(seen, l_i * P_SCALE, 1.0)[:, None]
+    o = acc * tl.load(VOUT + kv_head) / tl.where(seen, l_i, 1.0)[:, None]
     tl.store(O + b * sob + h * soh + rows[:, None] * sos + dims[None, :], o.to(O.dtype.element_ty),
              mask=rows[:, None] < SQ)
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
@@ -146,37 +199,71 @@ def _fp8_fwd_kernel(Q, K, VT, QS, KS, VS, O, LSE,
 
 
 class Quantized:
-    """q, k and v in e4m3 with their block scales, v transposed: what the kernel reads. Built once
-    per input by `prepare`, so a benchmark can time the kernel apart from the quantisation."""
+    """q, k and v in e4m3 with their scales, v transposed, for one kernel (cfg: its Gluon config,
+    None for the Triton kernel): what the kernel reads. Built once per input by `prepare`, so a
+    benchmark can time the kernel apart from the quantisation."""
 
-    def __init__(self, q8, q_scale, k8, k_scale, vt8, v_scale, dtype, shape):
-        self.q8, self.q_scale, self.k8, self.k_scale, self.vt8, self.v_scale = q8, q_scale, k8, k_scale, vt8, v_scale
-        self.dtype, self.shape = dtype, shape
+    def __init__(self, q8, q_scale, k8, k_scale, vt8, v_log2, v_out, dtype, shape, cfg):
+        self.q8, self.q_scale, self.k8, self.k_scale = q8, q_scale, k8, k_scale
+        self.vt8, self.v_log2, self.v_out = vt8, v_log2, v_out
+        self.dtype, self.shape, self.cfg = dtype, shape, cfg
 
 
-def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool = False) -> Quantized:
-    """Quantise q, k (after the rotation, if asked) and v per block (module docstring)."""
-    block_m, block_n, _, _ = blocks(q.shape[-1])
+def gluon_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> dict | None:
+    """The Gluon config that runs this call, or None for the Triton kernel (module docstring)."""
+    cfg = GLUON_CONFIGS.get(q.shape[-1])
+    if cfg is None or interpreting() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return None
+    (B, H, SQ, D), SK = q.shape, k.shape[2]
+    if q.dtype not in (torch.bfloat16, torch.float16) or SQ % 128 or SK % 128 or SQ < cfg["BLOCK_M"]:
+        return None
+    if (causal and SQ != SK) or max(B * H * SQ, k.shape[0] * k.shape[1] * SK) * D >= 2**31:  # int32 offsets
+        return None
+    return cfg
+
+
+def fold_v_scales(v_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log2 of P's factor per key block, O's factor per head) from V's block scales (module docstring)."""
+    top = v_scale.amax(-1)
+    return torch.log2(P_SCALE * v_scale / top[..., None]).contiguous(), (top / P_SCALE).contiguous()
+
+
+def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, rotate: bool = False,
+            cfg: dict | None | str = "auto") -> Quantized:
+    """Quantise q, k (after the rotation, if asked) and v per block for the kernel that will run
+    (cfg "auto": gluon_config's choice; None: the Triton kernel; or a flash_hopper config)."""
+    if cfg == "auto":
+        cfg = gluon_config(q, k, causal)
+    if cfg is None:
+        block_m, block_n, _, _ = blocks(q.shape[-1])
+    else:
+        block_m, block_n = cfg["BLOCK_M"] // cfg["PARTS"], cfg["BLOCK_N"]
+    dtype, shape = q.dtype, q.shape
     if rotate:
         q, k = incoherent(q, k)
     q8, qs = quantize(q, block_m)
     k8, ks = quantize(k, block_n)
-    v8, vs = quantize(v, block_n)
-    return Quantized(q8, qs, k8, ks, v8.transpose(2, 3).contiguous(), vs, v.dtype, q.shape)
+    vt8, vs = quantize(v, block_n, transpose=True)
+    return Quantized(q8, qs, k8, ks, vt8, *fold_v_scales(vs), dtype, shape, cfg)
 
 
 def forward(x: Quantized, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(o in the inputs' dtype, lse float32) from prepared inputs."""
+    if x.cfg is not None:
+        from . import flash_hopper  # Gluon: imported only where it runs
+
+        return flash_hopper.forward_fp8(x.q8, x.k8, x.vt8, (x.q_scale, x.k_scale, x.v_log2, x.v_out), causal,
+                                        sm_scale, x.cfg, x.dtype)
     B, H, SQ, D = x.shape
     HKV, SK = x.k8.shape[1], x.k8.shape[2]
     block_m, block_n, warps, stages = blocks(D)
     o = torch.empty((B, H, SQ, D), dtype=x.dtype, device=x.q8.device)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=x.q8.device)
     _fp8_fwd_kernel[(triton.cdiv(SQ, block_m), B * H)](
-        x.q8, x.k8, x.vt8, x.q_scale, x.k_scale, x.v_scale, o, lse,
+        x.q8, x.k8, x.vt8, x.q_scale, x.k_scale, x.v_log2, x.v_out, o, lse,
         *x.q8.stride()[:3], *x.k8.stride()[:3], *x.vt8.stride()[:3], *o.stride()[:3],
         H, H // HKV, SQ, SK, x.q_scale.shape[-1], x.k_scale.shape[-1], sm_scale * LOG2E,
-        D=D, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal), P_SCALE=P_SCALE, ROUND_FIRST=interpreting(),
+        D=D, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal), ROUND_FIRST=interpreting(),
         num_warps=warps, num_stages=stages)
     return o, lse
 
@@ -188,5 +275,5 @@ def flash_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     Forward only: nothing here is differentiable. Returns o in q's dtype, or (o, lse)."""
     sm_scale = check_arguments(q, k, v, sm_scale, "flash_attention_fp8")
     with torch.no_grad():
-        o, lse = forward(prepare(q, k, v, rotate=incoherent), causal, sm_scale)
+        o, lse = forward(prepare(q, k, v, causal, rotate=incoherent), causal, sm_scale)
     return (o, lse) if return_lse else o

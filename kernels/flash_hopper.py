@@ -173,11 +173,12 @@ def _key_blocks(m0, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M: gl.constexpr,
+              H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr,
-              PAIRED: gl.constexpr, TRIM: gl.constexpr):
+              PAIRED: gl.constexpr, TRIM: gl.constexpr, FP8: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
-    and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free."""
+    and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free.
+    FP8: V comes transposed, [B, Hkv, D, Sk] (sv*: its strides), so block j is D rows × BLOCK_N columns."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     c = 0
     for i in range(_tile_count(num_tiles, PAIRED)):
@@ -186,6 +187,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
         q_row, q_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)
         q_row += m0
         kv_row, kv_col = _origin(off_hz // H, off_hz % H // G, skb, skh, sks)
+        if FP8:
+            v_row, v_col = _origin(off_hz // H, off_hz % H // G, svb, svh, svs)
         # a fresh barrier counts as released once, so the first waits pass at once
         mbarrier.wait(q_empty, (i & 1) ^ 1)
         mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
@@ -197,47 +200,74 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             _tma_load(k_desc, [kv_row + j * BLOCK_N, kv_col], k_ready.index(slot), k_smem.index(slot))
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            _tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(slot), v_smem.index(slot))
+            if FP8:
+                _tma_load(v_desc, [v_row, v_col + j * BLOCK_N], v_ready.index(slot), v_smem.index(slot))
+            else:
+                _tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(slot), v_smem.index(slot))
             c += 1
 
 
 @gluon.jit
-def _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK: gl.constexpr, s_layout: gl.constexpr,
-                  BM: gl.constexpr, BLOCK_N: gl.constexpr):
+def _softmax_step(s, m_i, l_i, qk_scale, vc, j, row0, MASK: gl.constexpr, s_layout: gl.constexpr,
+                  BM: gl.constexpr, BLOCK_N: gl.constexpr, FP8: gl.constexpr):
     """Online softmax of one score tile (base 2): P, the new running max and sum, and the factor
-    that rescales what was accumulated under the old max."""
+    that rescales what was accumulated under the old max. FP8: P comes out times 2^vc (V's block
+    scale against its head's largest, times 256; flash_fp8's module docstring), the sum without it."""
     if MASK:  # causal: key column c is visible to query row r when c <= r (Sq = Sk)
         rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # finite: every row sees key 0 in block 0
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha + gl.sum(p, 1)
+    if FP8:
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new - vc, 1))
+        l_i = l_i * alpha + gl.sum(p, 1) * gl.exp2(-vc)
+    else:
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
 
 
 @gluon.jit
+def _pv(p_op, v_smem, slot, acc, FP8: gl.constexpr):
+    """Issue acc += P·V_slot. FP8 wgmma reads both operands K-major: V is held transposed."""
+    if FP8:
+        return warpgroup_mma(p_op, v_smem.index(slot).permute((1, 0)), acc, is_async=True)
+    else:
+        return warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+
+
+@gluon.jit
+def _block_scales(qk_tile, KS, VC, j, FP8: gl.constexpr):
+    """Block j's factor for the scores and (FP8) log2 of V's factor for P."""
+    if FP8:
+        return qk_tile * gl.load(KS + j), gl.load(VC + j)
+    else:
+        return qk_tile, 0.0
+
+
+@gluon.jit
 def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, my_turn, other_turn,
-           s_zero, qk_scale, row0, MASK: gl.constexpr, PINGPONG: gl.constexpr, FIRST: gl.constexpr,
+           s_zero, qk_tile, KS, VC, row0, MASK: gl.constexpr, PINGPONG: gl.constexpr, FIRST: gl.constexpr,
            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+           BM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr):
     """Key block j (ring position c) scores and the previous block's P·V, both in flight; the
     softmax of S_j runs while the tensor cores finish P_{j-1} V_{j-1}. With PINGPONG the two
     consumer warpgroups take turns (turn counts them) to issue their matmuls, so one's softmax
     lines up with the other's matmuls (FA3 §3.1)."""
     slot = c % STAGES
     prev = (c - 1) % STAGES
+    qk, vc = _block_scales(qk_tile, KS, VC, j, FP8)  # loads issued ahead of the waits
     mbarrier.wait(k_ready.index(slot), (c // STAGES) & 1)
     mbarrier.wait(v_ready.index(prev), ((c - 1) // STAGES) & 1)
     if PINGPONG:  # the first warpgroup's first wait passes on the fresh barrier
         mbarrier.wait(my_turn, (turn & 1) ^ FIRST)
     s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    o_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    o_tok = _pv(p_op, v_smem, prev, acc, FP8)
     if PINGPONG:
         mbarrier.arrive(other_turn, count=1)
     s = warpgroup_mma_wait(1, deps=[s_tok])  # S_j is done; P_{j-1} V_{j-1} may still run
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, j, row0, MASK, s_layout, BM, BLOCK_N)
+    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk, vc, j, row0, MASK, s_layout, BM, BLOCK_N, FP8)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -246,17 +276,21 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
 
 @gluon.jit
 def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns, LSE,
-              H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale,
+              QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale,
               PART: gl.constexpr, PARTS: gl.constexpr, WARPS: gl.constexpr, D: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              PAIRED: gl.constexpr, TRIM: gl.constexpr):
-    """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows."""
+              PAIRED: gl.constexpr, TRIM: gl.constexpr, FP8: gl.constexpr):
+    """One consumer partition: rows [PART·BM, (PART+1)·BM) of each tile's BLOCK_M query rows.
+    FP8: QS holds one scale per BM query rows, KS one per key block, VC (per key block) log2 of what
+    P is multiplied by before its rounding, VOUT (per head) what O is multiplied by at the end:
+    V's block scale is folded into P (flash_fp8's module docstring)."""
     BM: gl.constexpr = BLOCK_M // PARTS
+    KW: gl.constexpr = 32 if FP8 else 16  # the wgmma's reduction step: 32 bytes of operand
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
+                                                       instr_shape=[16, BLOCK_N, KW])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                       instr_shape=[16, D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+                                                       instr_shape=[16, D, KW])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4 if FP8 else 2)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     PINGPONG: gl.constexpr = PARTS == 2
     FIRST: gl.constexpr = PART == 0
@@ -281,6 +315,14 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, s_layout))
         acc = gl.zeros([BM, D], gl.float32, o_layout)
+        kv_head = off_hz // H * (H // G) + off_hz % H // G
+        if FP8:
+            qk_tile = qk_scale * gl.load(QS + off_hz * NQB + row0 // BM)
+        else:
+            qk_tile = qk_scale
+        ks = KS + kv_head * NKB
+        vcs = VC + kv_head * NKB
+        qk, vc = _block_scales(qk_tile, ks, vcs, 0, FP8)
 
         mbarrier.wait(q_bar, i & 1)
         # block 0: its scores alone; its P·V is issued with block 1's scores
@@ -288,24 +330,26 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         s_tok = warpgroup_mma(q_tile, k_smem.index(c % STAGES).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk_scale, 0, row0, CAUSAL, s_layout, BM, BLOCK_N)
+        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk, vc, 0, row0, CAUSAL, s_layout, BM, BLOCK_N, FP8)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
         for j in range(1, gl.maximum(n_full, 1)):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
-                                         k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
-                                         False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
+                                         k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_tile, ks, vcs,
+                                         row0, False, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N,
+                                         STAGES, FP8)
         for j in range(gl.maximum(n_full, 1), mine):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
-                                         k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_scale, row0,
-                                         True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N, STAGES)
+                                         k_ready, v_ready, kv_empty, my_turn, other_turn, s_zero, qk_tile, ks, vcs,
+                                         row0, True, PINGPONG, FIRST, s_layout, o_layout, p_layout, BM, BLOCK_N,
+                                         STAGES, FP8)
         if PINGPONG:  # the turns of the blocks skipped, so the other warpgroup's stay in step
             for j in range(mine, n_blocks):
                 mbarrier.wait(my_turn, ((turn + j - 1) & 1) ^ FIRST)
                 mbarrier.arrive(other_turn, count=1)
         last = c + mine - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-        o_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
+        o_tok = _pv(p_op, v_smem, last % STAGES, acc, FP8)
         acc = warpgroup_mma_wait(0, deps=[o_tok])
         mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
         for r in range(c + mine, c + n_blocks):  # skipped: release each slot once loaded, not before
@@ -317,11 +361,14 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         c += n_blocks
         turn += n_blocks - 1
 
-        o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
+        if FP8:  # acc holds the sum of P·V over VOUT (what P and V were scaled by)
+            o = acc / gl.expand_dims(gl.convert_layout(l_i / gl.load(VOUT + kv_head), o_rows), 1)
+        else:
+            o = acc / gl.expand_dims(gl.convert_layout(l_i, o_rows), 1)
         rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
         gl.store(LSE + off_hz * SQ + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
         tma.store_wait(0)  # the previous tile's O has left o_tile
-        o_tile.store(o.to(dtype))
+        o_tile.store(o.to(o_smem.dtype))
         fence_async_shared()
         o_row, o_col = _origin(off_hz // H, off_hz % H, sqb, sqh, sqs)  # o is laid out as q
         _tma_store(o_desc, [o_row + row0, o_col], o_tile)
@@ -329,22 +376,23 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
 
 
 @gluon.jit
-def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, qk_scale, num_tiles,
-                group,
+def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs,
+                skb, skh, sks, svb, svh, svs, qk_scale, num_tiles, group,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
-                TRIM: gl.constexpr, num_warps: gl.constexpr):
+                TRIM: gl.constexpr, FP8: gl.constexpr, num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
-    num_tiles programs."""
+    num_tiles programs. FP8: e4m3 Q, K and V (transposed) with their scales (_consumer); otherwise
+    QS .. NKB and the sv* strides are not read."""
     n_m = gl.cdiv(SQ, BLOCK_M)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
     if OWN_O:  # a program with several tiles: the next Q may land while this tile's O leaves
-        o_smem = gl.allocate_shared_memory(dtype, [PARTS] + o_desc.block_type.shape, o_desc.layout)
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [PARTS] + o_desc.block_type.shape, o_desc.layout)
     else:  # one tile: O goes out through Q's buffer once every S is done, and the space saved buys a stage
         o_smem = q_smem
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -363,38 +411,39 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, G, SQ, SK, sqb, sqh, sqs
     if PARTS == 2:  # two consumer warpgroups in ping-pong, 4 warps each, then the producer warp
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED, TRIM)),
+                         LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group,
+                         qk_scale, 0, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM, FP8)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED, TRIM)),
+                         LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group,
+                         qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM, FP8)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL, PAIRED, TRIM)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, BLOCK_M,
+                         BLOCK_N, STAGES, PARTS, CAUSAL, PAIRED, TRIM, FP8)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     elif PARTS == 3:  # three consumer warpgroups of 64 rows each, no turns (FA3's choice at D = 64)
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 3, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED, TRIM)),
+                         LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group,
+                         qk_scale, 0, 3, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM, FP8)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 1, 3, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED, TRIM)),
+                         LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group,
+                         qk_scale, 1, 3, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM, FP8)),
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 2, 3, 4, D, BLOCK_M, BLOCK_N,
-                         STAGES, CAUSAL, PAIRED, TRIM)),
+                         LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group,
+                         qk_scale, 2, 3, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM, FP8)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL, PAIRED, TRIM)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, BLOCK_M,
+                         BLOCK_N, STAGES, PARTS, CAUSAL, PAIRED, TRIM, FP8)),
         ], [4, 4, 1], [160, 160, 24])  # 160: the least spill (40 bytes) of 144-176 with Triton 3.6's ptxas
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
             (_consumer, (q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turns,
-                         LSE, H, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, qk_scale, 0, 1, num_warps, D, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM)),
+                         LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group,
+                         qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PAIRED, TRIM,
+                         FP8)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, n_m, num_tiles, group, BLOCK_M, BLOCK_N, STAGES,
-                         PARTS, CAUSAL, PAIRED, TRIM)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, BLOCK_M,
+                         BLOCK_N, STAGES, PARTS, CAUSAL, PAIRED, TRIM, FP8)),
         ], [1], [24])
 
 
@@ -466,20 +515,24 @@ def causal_group(n: int, heads: int, slots: int, head_bytes: int) -> int:
     return max(1, min(heads, -(-2 * slots // (n + 1)), L2_SHARE // head_bytes))
 
 
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}
+
+
 @functools.lru_cache(maxsize=None)
-def _smem_layout(rows: int, d: int, bf16: bool):
+def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
     # cached: building it takes longer than the rest of a descriptor (host time per call matters
     # at S = 1k, where a forward is ~0.2 ms of GPU work)
-    return gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16 if bf16 else gl.float16)
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], _GL_DTYPES[dtype])
 
 
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """t's memory as one [rows, sequence stride] matrix (see _origin), read or written `rows` rows
-    and D columns at a time."""
-    B, H, S, D = t.shape
+def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
+    """t [B, H, S, X]'s memory as one [rows, S stride] matrix (see _origin), read or written `rows`
+    rows and `cols` (default X) columns at a time."""
+    B, H, S, X = t.shape
     sb, sh, ss, _ = t.stride()
     n = ((B - 1) * sb + (H - 1) * sh) // ss + S
-    return TensorDescriptor(t, [n, ss], [ss, 1], [rows, D], _smem_layout(rows, D, t.dtype == torch.bfloat16))
+    cols = cols or X
+    return TensorDescriptor(t, [n, ss], [ss, 1], [rows, cols], _smem_layout(rows, cols, t.dtype))
 
 
 _launch_fwd = FastLaunch(_fwd_kernel)  # skips Triton's binder on repeated calls (host time, NOTES h4)
@@ -489,11 +542,24 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
             cfg: dict | None = None):
     """o [B, H, Sq, D] in q's layout and lse [B, H, Sq] (natural log), as flash.py's forward
     returns them."""
+    o = torch.empty_like(q)  # q's strides: q is [B, H, S, D] or a [B, S, H, D] view (shapes_supported)
+    return _launch(q, k, v, o, causal, sm_scale, cfg or CANDIDATES[q.shape[-1]][0], None)
+
+
+def forward_fp8(q8, k8, vt8, scales: tuple, causal: bool, sm_scale: float, cfg: dict, out_dtype: torch.dtype):
+    """The FP8 forward (kernels/flash_fp8.py prepares its inputs): q8 [B, H, Sq, D] and k8 [B, Hkv,
+    Sk, D] contiguous e4m3, vt8 V transposed [B, Hkv, D, Sk]; scales (QS [B, H, Sq / rows], KS [B,
+    Hkv, Sk / BLOCK_N], VC as KS, VOUT [B, Hkv]) as _consumer reads them, rows being BLOCK_M / PARTS.
+    Shapes as `shapes_supported`. Returns (o in out_dtype, lse)."""
+    B, H, SQ, D = q8.shape
+    o = torch.empty((B, H, SQ, D), dtype=out_dtype, device=q8.device)
+    return _launch(q8, k8, vt8, o, causal, sm_scale, cfg, scales)
+
+
+def _launch(q, k, v, o, causal, sm_scale, cfg, scales):
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
-    cfg = cfg or CANDIDATES[D][0]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    o = torch.empty_like(q)  # q's strides: q is [B, H, S, D] or a [B, S, H, D] view (shapes_supported)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     rows = bm // cfg["PARTS"]  # each consumer partition reads and writes its own rows
@@ -505,10 +571,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     programs = min(num_tiles, slots) if cfg.get("PERSISTENT") else num_tiles
     paired = bool(causal) and programs < num_tiles and n_m % 2 == 0  # _tile
     group = causal_group(n_m, B * H, slots, 2 * SK * D * k.element_size() * HKV // H)  # K, V per query head
+    fp8 = scales is not None
+    if fp8:  # V transposed: D rows by BLOCK_N keys per block
+        qs, ks, vc, vout = scales
+        v_desc, sv, nqb, nkb = _descriptor(v, D, bn), v.stride()[:3], qs.shape[-1], ks.shape[-1]
+    else:  # the scale arguments are not read
+        qs = ks = vc = vout = lse
+        v_desc, sv, nqb, nkb = _descriptor(v, bn), k.stride()[:3], 0, 0
     _launch_fwd(
-        (programs,), _descriptor(q, rows), _descriptor(k, bn), _descriptor(v, bn), _descriptor(o, rows), lse,
-        H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], sm_scale * LOG2E, num_tiles, group, D=D, BLOCK_M=bm,
-        BLOCK_N=bn,
-        STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
-        OWN_O=programs < num_tiles, TRIM=TRIM, num_warps=cfg["num_warps"], **extra)
+        (programs,), _descriptor(q, rows), _descriptor(k, bn), v_desc, _descriptor(o, rows), lse, qs, ks, vc, vout,
+        nqb, nkb, H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], *sv, sm_scale * LOG2E, num_tiles, group,
+        D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
+        OWN_O=fp8 or programs < num_tiles, TRIM=TRIM, FP8=fp8, num_warps=cfg["num_warps"], **extra)
     return o, lse

@@ -191,6 +191,10 @@ def step_flash_bench(ctx: Context) -> StepResult:
     if ctx.args.impls:
         impls = [n for n in impls if n in ctx.args.impls.split(",")]
     kw = dict(ds=(128,), seqs=(4096, 16384)) if ctx.args.quick else {}
+    if ctx.args.table_ds:
+        kw["ds"] = tuple(int(x) for x in ctx.args.table_ds.split(","))
+    if ctx.args.table_seqs:
+        kw["seqs"] = tuple(int(x) for x in ctx.args.table_seqs.split(","))
     user = bench.time_user(ctx.args.kernel, kw, log=ctx.log) if ctx.args.kernel else None  # in the sandbox
     if ctx.args.compile_workers > 1 and not os.environ.get("DRILL_SUITE_PRECOMPILED"):
         sweep.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
@@ -407,6 +411,8 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", help=f"comma-separated, in order (all: {','.join(names)})")
     ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
     ap.add_argument("--quick", action="store_true", help="smaller benchmark (D=128, S=4k and 16k)")
+    ap.add_argument("--table-ds", help="comma-separated head dims for flash_bench's table (default 64,128)")
+    ap.add_argument("--table-seqs", help="comma-separated sequence lengths for flash_bench's table")
     ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compiles are slow)")
     ap.add_argument("--kernel", help="also time a user's flash_attention(q, k, v, causal, sm_scale) from this file")
     ap.add_argument("--test-workers", type=int, default=8)

@@ -36,27 +36,39 @@ def _inputs(b, h, hkv, sq, sk, d, dtype=torch.float16, device="cpu", seed=0):
     return q, k, v
 
 
+def _blockwise(x8: torch.Tensor, scale: torch.Tensor, block: int) -> torch.Tensor:
+    """x8 [B, H, S, D] times its per-block scales."""
+    n, S = scale.shape[-1], x8.shape[2]
+    padded = torch.nn.functional.pad(x8.double(), (0, 0, 0, n * block - S))
+    return (padded.view(*x8.shape[:2], n, block, -1) * scale[..., None, None].double()).view(
+        *x8.shape[:2], n * block, -1)[:, :, :S]
+
+
 def _dequantized(x: torch.Tensor, block: int) -> torch.Tensor:
-    x8, scale = flash_fp8.quantize(x, block)
-    n = scale.shape[-1]
-    padded = torch.nn.functional.pad(x8.float(), (0, 0, 0, n * block - x.shape[2]))
-    return (padded.view(*x.shape[:2], n, block, -1) * scale[..., None, None]).view(*x.shape[:2], n * block, -1)[:, :, :x.shape[2]]
+    return _blockwise(*flash_fp8.quantize_reference(x, block), block)
 
 
-def emulated(q, k, v, causal):
-    """The kernel's algorithm in float64: Q, K and V rounded block by block, then the online
-    softmax over key blocks of BLOCK_N, 256·P rounded to e4m3 against the running max, the row
-    sum from unrounded P, each block's P·V times V's scale."""
-    bm, bn, _, _ = flash_fp8.blocks(q.shape[-1])
+def emulated(q, k, v, causal, bm=None, bn=None):
+    """The kernels' algorithm in float64 (quantisation in torch): Q, K and V rounded block by block,
+    then the online softmax over key blocks of bn; block j's 256·P·r_j (r_j: V's block scale over
+    its head's largest) rounded to e4m3 against the running max and multiplied by V's e4m3 values;
+    the row sum from unrounded P; O times the largest scale / 256 at the end. bm, bn: the Triton
+    kernel's blocks unless given (a Gluon config's BLOCK_M / PARTS and BLOCK_N)."""
+    if bm is None:
+        bm, bn, _, _ = flash_fp8.blocks(q.shape[-1])
     sq, sk = q.shape[2], k.shape[2]
     group = q.shape[1] // k.shape[1]
-    q = _dequantized(q, bm).double()
-    k, v = (_dequantized(t, bn).repeat_interleave(group, 1).double() for t in (k, v))
+    q = _dequantized(q, bm)
+    k = _dequantized(k, bn).repeat_interleave(group, 1)
+    v8, v_scale = flash_fp8.quantize_reference(v, bn)
+    top = v_scale.amax(-1, keepdim=True).double()
+    ratio = (v_scale.double() / top).repeat_interleave(group, 1)
+    v8 = v8.double().repeat_interleave(group, 1)
     m = torch.full(q.shape[:3], float("-inf"), dtype=torch.float64)
     l = torch.zeros_like(m)
     acc = torch.zeros_like(q)
     rows = torch.arange(sq)[:, None]
-    for start in range(0, sk, bn):
+    for j, start in enumerate(range(0, sk, bn)):
         cols = torch.arange(start, min(start + bn, sk))[None, :]
         s = q @ k[:, :, start:start + bn].transpose(-1, -2) / math.sqrt(q.shape[-1])
         if causal:
@@ -66,10 +78,11 @@ def emulated(q, k, v, causal):
         p = torch.exp(s - ref[..., None])
         alpha = torch.exp(m - ref)
         l = l * alpha + p.sum(-1)
-        p8 = (p * flash_fp8.P_SCALE).float().to(torch.float8_e4m3fn).double()
-        acc = acc * alpha[..., None] + p8 @ v[:, :, start:start + bn]
+        p8 = (p * flash_fp8.P_SCALE * ratio[:, :, j, None, None]).float().to(torch.float8_e4m3fn).double()
+        acc = acc * alpha[..., None] + p8 @ v8[:, :, start:start + bn]
         m = m_new
-    return acc / torch.where(l > 0, l * flash_fp8.P_SCALE, 1.0)[..., None]
+    top = top.repeat_interleave(group, 1)[..., None]
+    return acc * top / flash_fp8.P_SCALE / torch.where(l > 0, l, 1.0)[..., None]
 
 
 def test_cpu_quantize_scales_each_block_by_its_own_largest_value():
@@ -80,8 +93,12 @@ def test_cpu_quantize_scales_each_block_by_its_own_largest_value():
     x[0, 1, 5, 3] = 300.0  # block 0 of head 1 only
     x8, scale = flash_fp8.quantize(x, 32)
     assert x8.dtype == torch.float8_e4m3fn and scale.shape == (1, 2, 3)
+    want8, want_scale = flash_fp8.quantize_reference(x, 32)  # the kernel's one pass = the torch steps
+    assert torch.equal(x8.float(), want8.float()) and torch.equal(scale, want_scale)
+    xt8, t_scale = flash_fp8.quantize(x.transpose(1, 2).contiguous().transpose(1, 2), 32, transpose=True)
+    assert xt8.shape == (1, 2, 16, 70) and torch.equal(xt8.transpose(2, 3).float(), x8.float())
     back = _dequantized(x, 32)
-    assert torch.allclose(back, x, rtol=2 ** -4, atol=float(scale.max()) * 2 ** -9)
+    assert torch.allclose(back, x.double(), rtol=2 ** -4, atol=float(scale.max()) * 2 ** -9)
     for h in range(2):
         for blk in range(3):
             rows = x8[0, h, blk * 32:(blk + 1) * 32].float()
@@ -119,19 +136,24 @@ def test_cpu_fp8_forward_matches_its_quantisation(case):
 
 def test_cpu_fp8_rejects_a_kernel_that_skips_a_scale(monkeypatch):
     """The emulation check can fail: with V's block scales left out the kernel is off by orders of
-    magnitude, and with P quantised as P/64 (in e4m3's subnormals) by more than the tolerance."""
+    magnitude; with P quantised as P/64 (in e4m3's subnormals), or V's block scales not folded into
+    P (every r_j taken as 1), by more than the tolerance."""
     q, k, v = _inputs(1, 2, 2, 64, 64, 64, seed=3)
+    v[:, :, :32] *= 0.05  # V's blocks differ in scale, so folding them in matters
     want = emulated(q, k, v, False)
     assert rel_err(flash_attention_fp8(q, k, v), want) < 2e-3
-    real = flash_fp8.quantize
+    real_quantize, real_fold = flash_fp8.quantize, flash_fp8.fold_v_scales
 
-    def v_unscaled(x, block):
-        x8, scale = real(x, block)
-        return x8, torch.ones_like(scale) if x is v else scale
+    def v_unscaled(x, block, transpose=False):
+        x8, scale = real_quantize(x, block, transpose)
+        return x8, torch.ones_like(scale) if transpose else scale
 
     monkeypatch.setattr(flash_fp8, "quantize", v_unscaled)
     assert rel_err(flash_attention_fp8(q, k, v), want) > 1.0
-    monkeypatch.setattr(flash_fp8, "quantize", real)
+    monkeypatch.setattr(flash_fp8, "quantize", real_quantize)
+    monkeypatch.setattr(flash_fp8, "fold_v_scales", lambda vs: (torch.full_like(vs, 8.0), vs.amax(-1) / 256))
+    assert rel_err(flash_attention_fp8(q, k, v), want) > 2e-3
+    monkeypatch.setattr(flash_fp8, "fold_v_scales", real_fold)
     monkeypatch.setattr(flash_fp8, "P_SCALE", 1 / 64)  # 256·P becomes P/64: mostly subnormal
     assert rel_err(flash_attention_fp8(q, k, v), want) > 2e-3
 
@@ -195,9 +217,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from drill.kernels import flash_fp8
 fn = flash_fp8._fp8_fwd_kernel
-consts = dict(D=128, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, P_SCALE=256.0, ROUND_FIRST=False)
-ptrs = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "QS": "*fp32", "KS": "*fp32", "VS": "*fp32",
-        "O": "*bf16", "LSE": "*fp32"}
+consts = dict(D=128, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, ROUND_FIRST=False)
+ptrs = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "QS": "*fp32", "KS": "*fp32", "VC": "*fp32",
+        "VOUT": "*fp32", "O": "*bf16", "LSE": "*fp32"}
 sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32" if n == "qk_scale" else "i32") for n in fn.arg_names}
 aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in ptrs or n.startswith("s")}
 k = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=aligned), target=GPUTarget("cuda", 90, 32),
@@ -212,21 +234,87 @@ print(sorted(set(re.findall(r"wgmma\.mma_async\S*", k.asm["ptx"]))), k.asm["ptx"
     assert int(copies) > 0
 
 
+GLUON_COMPILE = r'''
+import re, sys
+from drill.kernels import flash_hopper
+from kernels.compile_check import compile_gluon_forward
+fp8 = sys.argv[1] == "fp8"
+for d in (64, 128):
+    for i, cfg in enumerate(flash_hopper.CANDIDATES[d]):
+        if not fp8 and i:  # bf16: the first config per head dim (the GPU tests run them all)
+            continue
+        ptx = compile_gluon_forward(cfg, d, True, fp8).asm["ptx"]
+        print(d, i, sorted(set(re.findall(r"wgmma\.mma_async\S*", ptx))), ptx.count("st.shared"))
+'''
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_cpu_gluon_forward_compiles_for_hopper(kind):
+    """flash_hopper's warp-specialised forward, compiled for sm_90 with the installed Triton: with
+    FP8=True, every candidate config's matmuls are e4m3 wgmma, and P goes from the score
+    accumulator to the next matmul's operand in registers (byte permutes and shuffles, no
+    round trip through shared memory: the kernel's only shared stores are O's, one per
+    partition); the bf16 kernel (FP8=False) still compiles to bf16 wgmma."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, kind], capture_output=True, text=True, env=env,
+                          timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) >= 2, lines
+    for line in lines:
+        if kind == "fp8":
+            assert "e4m3.e4m3" in line and "bf16" not in line, line
+            assert int(line.rsplit(" ", 1)[1]) <= 4, line  # O's stores only (up to 3 partitions)
+        else:
+            assert "bf16.bf16" in line and "e4m3" not in line, line
+
+
+def _gpu_fp8_case(d, causal, hkv, cfg="auto"):
+    """bf16 inputs at 2k × 2k through `cfg`'s kernel (flash_fp8.prepare): the output within 8 %
+    (relative) of exact attention and within 1 % of the emulated algorithm (with that kernel's
+    blocks) on a slice; lse within 0.1; identical inputs give identical outputs (no atomics)."""
+    q, k, v = _inputs(2, 8, hkv, 2048, 2048, d, dtype=torch.bfloat16, device="cuda", seed=d + hkv)
+    scale = 1 / math.sqrt(d)
+    x = flash_fp8.prepare(q, k, v, causal, cfg=cfg)
+    o, lse = flash_fp8.forward(x, causal, scale)
+    exact, exact_lse = reference(q, k, v, causal, dtype=torch.float32)
+    assert rel_err(o, exact) < 0.08
+    assert (lse - exact_lse).abs().max().item() < 0.1
+    bm, bn = (x.cfg["BLOCK_M"] // x.cfg["PARTS"], x.cfg["BLOCK_N"]) if x.cfg else flash_fp8.blocks(d)[:2]
+    group = 8 // hkv  # query heads 0 .. group-1 read key/value head 0
+    want = emulated(q[:1, :group].cpu().float(), k[:1, :1].cpu().float(), v[:1, :1].cpu().float(), causal, bm, bn)
+    assert rel_err(o[:1, :group].cpu(), want) < 1e-2
+    assert torch.equal(o, flash_fp8.forward(x, causal, scale)[0])
+    return q, k, v, o, exact
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("hkv", [8, 2])
 def test_gpu_fp8_forward_against_bf16(d, causal, hkv):
-    """bf16 inputs at 2k × 2k: the FP8 output within 8 % (relative) of exact attention and within 1
-    % of the emulated algorithm on a slice; lse within 0.1; bf16 attention, for scale, is under
-    1 %. Identical inputs give identical outputs (no atomics)."""
-    q, k, v = _inputs(2, 8, hkv, 2048, 2048, d, dtype=torch.bfloat16, device="cuda", seed=d + hkv)
-    o, lse = flash_attention_fp8(q, k, v, causal, return_lse=True)
-    exact, exact_lse = reference(q, k, v, causal, dtype=torch.float32)
-    assert rel_err(o, exact) < 0.08
-    assert rel_err(flash_attention(q, k, v, causal=causal), exact) < 0.01
-    assert (lse - exact_lse).abs().max().item() < 0.1
-    group = 8 // hkv  # query heads 0 .. group-1 read key/value head 0
-    want = emulated(q[:1, :group].cpu().float(), k[:1, :1].cpu().float(), v[:1, :1].cpu().float(), causal)
-    assert rel_err(o[:1, :group].cpu(), want) < 1e-2
+    """The public entry at 2k (_gpu_fp8_case); on Hopper it runs the Gluon kernel. bf16 attention,
+    for scale, is under 1 % from exact."""
+    q, k, v, o, exact = _gpu_fp8_case(d, causal, hkv)
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert flash_fp8.gluon_config(q, k, causal) is not None
     assert torch.equal(o, flash_attention_fp8(q, k, v, causal))
+    assert rel_err(flash_attention(q, k, v, causal=causal), exact) < 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_fp8_every_kernel(d, causal):
+    """The Triton kernel and every flash_hopper candidate config run with FP8=True, GQA 8/2
+    (_gpu_fp8_case), so a config bench_fp8 may pick is known to be right."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernel needs Hopper")
+    from drill.kernels import flash_hopper
+
+    for cfg in [None] + flash_hopper.CANDIDATES[d]:
+        _gpu_fp8_case(d, causal, 2, cfg)
