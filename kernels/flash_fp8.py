@@ -44,16 +44,15 @@ import triton.language as tl
 from .fastlaunch import interpreting
 from .flash import check_arguments
 
-# The Gluon config per head dim (flash_hopper's config format), chosen in kernels/NOTES.md h11;
-# a head dim not here runs the Triton kernel. bench_fp8 times every flash_hopper candidate.
-GLUON_CONFIGS: dict[int, dict] = {64: dict(BLOCK_M=192, BLOCK_N=128, STAGES=3, num_warps=4, maxnreg=None, PARTS=3,
-                                           PERSISTENT=False),
-                                  128: dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2,
-                                            PERSISTENT=False)}
-
-E4M3_MAX = 448.0
-P_SCALE = 256.0  # P in [0, 1] is quantised as P_SCALE·P: exact, and clear of e4m3's subnormals
-LOG2E = 1.4426950408889634
+# The Gluon config per (head dim, causal), in flash_hopper's config format: the fastest of its
+# candidates with FP8=True in one bench_fp8 run at 4k and 16k (kernels/NOTES.md h11; gluon #6 and
+# #3 there). A head dim not here runs the Triton kernel.
+GLUON_CONFIGS: dict[tuple[int, bool], dict] = {
+    (64, False): dict(BLOCK_M=192, BLOCK_N=128, STAGES=3, num_warps=4, maxnreg=None, PARTS=3, PERSISTENT=True),
+    (64, True): dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=128, PARTS=1, PERSISTENT=False),
+    (128, False): dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2, PERSISTENT=True),
+    (128, True): dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2, PERSISTENT=True),
+}
 
 
 def blocks(d: int) -> tuple[int, int, int, int]:
@@ -211,7 +210,7 @@ class Quantized:
 
 def gluon_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> dict | None:
     """The Gluon config that runs this call, or None for the Triton kernel (module docstring)."""
-    cfg = GLUON_CONFIGS.get(q.shape[-1])
+    cfg = GLUON_CONFIGS.get((q.shape[-1], bool(causal)))
     if cfg is None or interpreting() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return None
     (B, H, SQ, D), SK = q.shape, k.shape[2]
