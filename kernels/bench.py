@@ -1053,7 +1053,7 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
     """The FP8 forward (kernels/flash_fp8.py) against SDPA cuDNN in bf16, same inputs, one run:
     TFLOP/s of each kernel alone (inputs quantised beforehand, as a model that keeps FP8
     activations would call it): the plan's (flash_fp8.gluon_config), the Triton kernel and every
-    flash_hopper candidate with FP8=True; the plan's with the quantisation, and the quantisation
+    config of flash_hopper.FP8_CANDIDATES; the plan's with the quantisation, and the quantisation
     alone; the share of the datasheet's FP8 peak and of a measured e4m3 matmul; and the error
     against fp32 attention on one head pair (relative Frobenius), plain, with incoherent
     processing, and cuDNN bf16's for scale."""
@@ -1079,7 +1079,7 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
         scale = 1.0 / math.sqrt(d)
         fl_ = flops(b, h, s, d, causal, "fwd")
         plan = flash_fp8.gluon_config(q, k, causal)
-        kernels = {"triton": None, **{f"gluon #{i}": c for i, c in enumerate(flash_hopper.CANDIDATES[d])}}
+        kernels = {"triton": None, **{f"gluon #{i}": c for i, c in enumerate(flash_hopper.FP8_CANDIDATES[d])}}
         plan_name = next((n for n, c in kernels.items() if c == plan), "plan")
         kernels.setdefault(plan_name, plan)
         tf, errors = {}, {}
@@ -1117,7 +1117,7 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
         log(every[-1])
         del q, k, v
         torch.cuda.empty_cache()
-    lines += ["", "Every kernel alone, TFLOP/s (gluon #i: flash_hopper.CANDIDATES[D][i] with FP8=True):", ""] + every
+    lines += ["", "Every kernel alone, TFLOP/s (gluon #i: flash_hopper.FP8_CANDIDATES[D][i]):", ""] + every
     return rows, "\n".join(lines)
 
 

@@ -54,6 +54,10 @@ GLUON_CONFIGS: dict[tuple[int, bool], dict] = {
     (128, True): dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2, PERSISTENT=True),
 }
 
+E4M3_MAX = 448.0
+P_SCALE = 256.0  # P in [0, 1] is quantised as P_SCALE·P: exact, and clear of e4m3's subnormals
+LOG2E = 1.4426950408889634
+
 
 def blocks(d: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages); small blocks under the interpreter, for speed."""

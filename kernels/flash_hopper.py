@@ -77,6 +77,11 @@ CANDIDATES = {
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
           _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
+# FP8 (forward_fp8) runs the same configs and, with its operands half the bytes, 256-key blocks
+# in ping-pong (a 64 × 256 fp32 score tile per warpgroup; the 192-row and 128-register configs
+# do not fit their registers at that width).
+FP8_CANDIDATES = {d: c + [_cfg(128, 256, 2, 4, parts=2), _cfg(128, 256, 2, 4, parts=2, persistent=True)]
+                  for d, c in CANDIDATES.items()}
 TILE = 128  # Sq and Sk are multiples of it: every BLOCK_N divides it, every BLOCK_M but 192 (see _first_row)
 
 
