@@ -989,48 +989,64 @@ def _spills(launcher, before: set) -> str:
     return "/".join(f"{k.n_regs}r {k.n_spills}B" for key, k in launcher.compiled.items() if key not in before) or "-"
 
 
-def bench_trim(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log: Callable[[str], None] = print
-               ) -> tuple[list[dict], str]:
-    """Causal Gluon forwards with flash_hopper.TRIM off and on (kernels/NOTES.md h8), every config,
-    the two settings alternating over two rounds, each keeping its best; the outputs must agree
-    bitwise (the blocks TRIM skips add exact zeros)."""
+def _bench_flag(flag: str, off, on, causals, configs: Callable[[dict], bool], ds, seqs, tokens,
+                log: Callable[[str], None]) -> tuple[list[dict], str]:
+    """Gluon forwards with the module switch flash_hopper.<flag> at `off` and `on`, for each config
+    that `configs` keeps, the two settings alternating over two rounds, each keeping its best; the
+    outputs must agree bitwise (both switches below change the schedule, not the arithmetic)."""
     import torch
 
     from drill.kernels import flash_hopper
 
+    saved = getattr(flash_hopper, flag)
     rows = []
-    lines = ["| D | S | config (BLOCK_M, BLOCK_N, stages, warps, maxnreg, partitions, persistent) | TFLOP/s TRIM off | "
-             "TRIM on | on / off | bitwise equal | registers, spill (off, on) |", "|" + "---|" * 8]
-    for case in bench_cases(ds, seqs, tokens, (True,)):
-        d, s, b, h = case["d"], case["s"], case["b"], case["h"]
+    lines = [f"| D | S | mask | config (BLOCK_M, BLOCK_N, stages, warps, maxnreg, partitions, persistent) | "
+             f"TFLOP/s {flag}={off} | {flag}={on} | on / off | bitwise equal | registers, spill (off, on) |",
+             "|" + "---|" * 9]
+    for case in bench_cases(ds, seqs, tokens, causals):
+        d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
         q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d)
         scale = 1.0 / math.sqrt(d)
-        fl_ = flops(b, h, s, d, True, "fwd")
-        for cfg in flash_hopper.CANDIDATES[d]:
-            tf, outs, spills = {False: 0.0, True: 0.0}, {}, {}
+        fl_ = flops(b, h, s, d, causal, "fwd")
+        for cfg in filter(configs, flash_hopper.CANDIDATES[d]):
+            tf, outs, spills = {off: 0.0, on: 0.0}, {}, {}
             try:
                 for _ in range(2):
-                    for trim in (False, True):
-                        flash_hopper.TRIM = trim
+                    for value in (off, on):
+                        setattr(flash_hopper, flag, value)
                         before = set(flash_hopper._launch_fwd.compiled)
                         with torch.no_grad():
-                            outs[trim] = flash_hopper.forward(q, k, v, True, scale, cfg)[0]
-                            spills.setdefault(trim, _spills(flash_hopper._launch_fwd, before))
-                            ms = _median_ms(lambda: flash_hopper.forward(q, k, v, True, scale, cfg))
-                        tf[trim] = max(tf[trim], fl_ / ms * 1e-9)
+                            outs[value] = flash_hopper.forward(q, k, v, causal, scale, cfg)[0]
+                            spills.setdefault(value, _spills(flash_hopper._launch_fwd, before))
+                            ms = _median_ms(lambda: flash_hopper.forward(q, k, v, causal, scale, cfg))
+                        tf[value] = max(tf[value], fl_ / ms * 1e-9)
             except Exception as exc:  # noqa: BLE001 - a row of the table, not the end of it
                 log(f"{cfg} d={d} s={s}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
             finally:
-                flash_hopper.TRIM = True
-            same = bool(torch.equal(outs[False], outs[True]))
-            rows.append({**case, "cfg": cfg, "off": tf[False], "on": tf[True], "equal": same})
-            lines.append(f"| {d} | {s // 1024}k | {tuple(cfg.values())} | {tf[False]:.0f} | {tf[True]:.0f} | "
-                         f"{tf[True] / tf[False]:.3f} | {same} | {spills[False]}, {spills[True]} |")
+                setattr(flash_hopper, flag, saved)
+            same = bool(torch.equal(outs[off], outs[on]))
+            rows.append({**case, "cfg": cfg, "off": tf[off], "on": tf[on], "equal": same})
+            lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {tuple(cfg.values())} | "
+                         f"{tf[off]:.0f} | {tf[on]:.0f} | {tf[on] / tf[off]:.3f} | {same} | "
+                         f"{spills[off]}, {spills[on]} |")
             log(lines[-1])
         del q, k, v
         torch.cuda.empty_cache()
     return rows, "\n".join(lines)
+
+
+def bench_trim(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log: Callable[[str], None] = print
+               ) -> tuple[list[dict], str]:
+    """Causal Gluon forwards with flash_hopper.TRIM off and on (kernels/NOTES.md h8), every config."""
+    return _bench_flag("TRIM", False, True, (True,), lambda cfg: True, ds, seqs, tokens, log)
+
+
+def bench_qbuf(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log: Callable[[str], None] = print
+               ) -> tuple[list[dict], str]:
+    """Persistent Gluon forwards with one and two Q buffers (flash_hopper.Q_BUFFERS, kernels/NOTES.md
+    h12), causal and not."""
+    return _bench_flag("Q_BUFFERS", 1, 2, (False, True), lambda cfg: cfg["PERSISTENT"], ds, seqs, tokens, log)
 
 
 H200_FP8_PEAK = 1979.0  # dense e4m3 TFLOP/s, NVIDIA's H200 SXM datasheet (3958 is with sparsity)
@@ -1053,7 +1069,7 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
     """The FP8 forward (kernels/flash_fp8.py) against SDPA cuDNN in bf16, same inputs, one run:
     TFLOP/s of each kernel alone (inputs quantised beforehand, as a model that keeps FP8
     activations would call it): the plan's (flash_fp8.gluon_config), the Triton kernel and every
-    config of flash_hopper.FP8_CANDIDATES; the plan's with the quantisation, and the quantisation
+    config of flash_hopper.CANDIDATES with FP8=True; the plan's with the quantisation, and the quantisation
     alone; the share of the datasheet's FP8 peak and of a measured e4m3 matmul; and the error
     against fp32 attention on one head pair (relative Frobenius), plain, with incoherent
     processing, and cuDNN bf16's for scale."""
@@ -1079,7 +1095,7 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
         scale = 1.0 / math.sqrt(d)
         fl_ = flops(b, h, s, d, causal, "fwd")
         plan = flash_fp8.gluon_config(q, k, causal)
-        kernels = {"triton": None, **{f"gluon #{i}": c for i, c in enumerate(flash_hopper.FP8_CANDIDATES[d])}}
+        kernels = {"triton": None, **{f"gluon #{i}": c for i, c in enumerate(flash_hopper.CANDIDATES[d])}}
         plan_name = next((n for n, c in kernels.items() if c == plan), "plan")
         kernels.setdefault(plan_name, plan)
         tf, errors = {}, {}
@@ -1117,7 +1133,7 @@ def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(Fa
         log(every[-1])
         del q, k, v
         torch.cuda.empty_cache()
-    lines += ["", "Every kernel alone, TFLOP/s (gluon #i: flash_hopper.FP8_CANDIDATES[D][i]):", ""] + every
+    lines += ["", "Every kernel alone, TFLOP/s (gluon #i: flash_hopper.CANDIDATES[D][i] with FP8=True):", ""] + every
     return rows, "\n".join(lines)
 
 

@@ -116,7 +116,7 @@ def compile_gluon_forward(cfg: dict, d: int, causal: bool, fp8: bool):
              "v_desc": desc(d, bn, dtype) if fp8 else desc(bn, d, dtype), "o_desc": desc(rows, d, torch.bfloat16)}
     persistent = bool(cfg.get("PERSISTENT"))
     consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=causal, PARTS=cfg["PARTS"],
-                  PAIRED=causal and persistent, OWN_O=fp8 or persistent, TRIM=fh.TRIM, FP8=fp8,
+                  PAIRED=causal and persistent, OWN_O=fp8 or persistent, TRIM=fh.TRIM, FP8=fp8, Q_BUFFERS=fh.Q_BUFFERS,
                   num_warps=cfg["num_warps"])
     fn = fh._fwd_kernel
     floats = ("LSE", "QS", "KS", "VC", "VOUT")

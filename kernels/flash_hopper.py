@@ -77,11 +77,6 @@ CANDIDATES = {
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
           _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
-# FP8 (forward_fp8) runs the same configs and, with its operands half the bytes, 256-key blocks
-# in ping-pong (a 64 × 256 fp32 score tile per warpgroup; the 192-row and 128-register configs
-# do not fit their registers at that width).
-FP8_CANDIDATES = {d: c + [_cfg(128, 256, 2, 4, parts=2), _cfg(128, 256, 2, 4, parts=2, persistent=True)]
-                  for d, c in CANDIDATES.items()}
 TILE = 128  # Sq and Sk are multiples of it: every BLOCK_N divides it, every BLOCK_M but 192 (see _first_row)
 
 
@@ -185,6 +180,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
     and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free.
     FP8: V comes transposed, [B, Hkv, D, Sk] (sv*: its strides), so block j is D rows × BLOCK_N columns."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
+    QBUF: gl.constexpr = q_smem.shape[0] // PARTS  # Q buffers: tile i loads into i % QBUF
     c = 0
     for i in range(_tile_count(num_tiles, PAIRED)):
         start_m, off_hz = _tile(i, n_m, num_tiles // n_m, group, CAUSAL, PAIRED)
@@ -195,10 +191,11 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
         if FP8:
             v_row, v_col = _origin(off_hz // H, off_hz % H // G, svb, svh, svs)
         # a fresh barrier counts as released once, so the first waits pass at once
-        mbarrier.wait(q_empty, (i & 1) ^ 1)
-        mbarrier.expect(q_bar, PARTS * q_desc.block_type.nbytes)
+        qb = i % QBUF
+        mbarrier.wait(q_empty.index(qb), ((i // QBUF) & 1) ^ 1)
+        mbarrier.expect(q_bar.index(qb), PARTS * q_desc.block_type.nbytes)
         for part in gl.static_range(PARTS):
-            _tma_load(q_desc, [q_row + part * BM, q_col], q_bar, q_smem.index(part))
+            _tma_load(q_desc, [q_row + part * BM, q_col], q_bar.index(qb), q_smem.index(qb * PARTS + part))
         for j in range(_key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)):
             slot = c % STAGES
             mbarrier.wait(kv_empty.index(slot), ((c // STAGES) & 1) ^ 1)
@@ -299,7 +296,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     PINGPONG: gl.constexpr = PARTS == 2
     FIRST: gl.constexpr = PART == 0
-    q_tile = q_smem.index(PART)
+    QBUF: gl.constexpr = q_smem.shape[0] // PARTS
     o_tile = o_smem.index(PART)
     my_turn = turns.index(PART)
     other_turn = turns.index((PART + 1) % 2)
@@ -329,7 +326,8 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         vcs = VC + kv_head * NKB
         qk, vc = _block_scales(qk_tile, ks, vcs, 0, FP8)
 
-        mbarrier.wait(q_bar, i & 1)
+        q_tile = q_smem.index(i % QBUF * PARTS + PART)
+        mbarrier.wait(q_bar.index(i % QBUF), (i // QBUF) & 1)
         # block 0: its scores alone; its P·V is issued with block 1's scores
         mbarrier.wait(k_ready.index(c % STAGES), (c // STAGES) & 1)
         s_tok = warpgroup_mma(q_tile, k_smem.index(c % STAGES).permute((1, 0)), s_zero, use_acc=False,
@@ -362,7 +360,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
             mbarrier.wait(k_ready.index(r % STAGES), (r // STAGES) & 1)
             mbarrier.wait(v_ready.index(r % STAGES), (r // STAGES) & 1)
             mbarrier.arrive(kv_empty.index(r % STAGES), count=1)
-        mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the next Q may load
+        mbarrier.arrive(q_empty.index(i % QBUF), count=1)  # every S of this tile is done: its Q buffer is free
         c += n_blocks
         turn += n_blocks - 1
 
@@ -385,27 +383,29 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB,
                 skb, skh, sks, svb, svh, svs, qk_scale, num_tiles, group,
                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, PARTS: gl.constexpr, PAIRED: gl.constexpr, OWN_O: gl.constexpr,
-                TRIM: gl.constexpr, FP8: gl.constexpr, num_warps: gl.constexpr):
+                TRIM: gl.constexpr, FP8: gl.constexpr, Q_BUFFERS: gl.constexpr, num_warps: gl.constexpr):
     """Each program runs its share of the num_tiles tiles (_tile); one each when the grid has
     num_tiles programs. FP8: e4m3 Q, K and V (transposed) with their scales (_consumer); otherwise
     QS .. NKB and the sv* strides are not read."""
     n_m = gl.cdiv(SQ, BLOCK_M)
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [PARTS] + q_desc.block_type.shape, q_desc.layout)
+    QBUF: gl.constexpr = Q_BUFFERS if OWN_O else 1  # one-tile programs have no next Q to load early
+    q_smem = gl.allocate_shared_memory(dtype, [QBUF * PARTS] + q_desc.block_type.shape, q_desc.layout)
     if OWN_O:  # a program with several tiles: the next Q may land while this tile's O leaves
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [PARTS] + o_desc.block_type.shape, o_desc.layout)
     else:  # one tile: O goes out through Q's buffer once every S is done, and the space saved buys a stage
         o_smem = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [QBUF, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [QBUF, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty, count=PARTS)
+    for i in gl.static_range(QBUF):
+        mbarrier.init(q_bar.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=PARTS)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -502,6 +502,7 @@ def shapes_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
 GROUP_HEADS = True  # causal programs longest first over groups of heads (_grouped); the benchmark compares
 TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, NOTES h8)
+Q_BUFFERS = 2  # programs with several tiles: the next tile's Q loads while this one runs (NOTES h12)
 L2_SHARE = 24 * 2**20  # bytes one group of heads may stream through L2 at once (an H200 has 50 MB)
 
 
@@ -587,5 +588,6 @@ def _launch(q, k, v, o, causal, sm_scale, cfg, scales):
         (programs,), _descriptor(q, rows), _descriptor(k, bn), v_desc, _descriptor(o, rows), lse, qs, ks, vc, vout,
         nqb, nkb, H, H // HKV, SQ, SK, *q.stride()[:3], *k.stride()[:3], *sv, sm_scale * LOG2E, num_tiles, group,
         D=D, BLOCK_M=bm, BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=bool(causal), PARTS=cfg["PARTS"], PAIRED=paired,
-        OWN_O=fp8 or programs < num_tiles, TRIM=TRIM, FP8=fp8, num_warps=cfg["num_warps"], **extra)
+        OWN_O=fp8 or programs < num_tiles, TRIM=TRIM, FP8=fp8, Q_BUFFERS=Q_BUFFERS, num_warps=cfg["num_warps"],
+        **extra)
     return o, lse

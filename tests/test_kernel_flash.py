@@ -795,7 +795,7 @@ def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
     programs also run in groups of 3 of the 32 heads, the last group smaller (_grouped). 192-row
     tiles divide 1920 but not 2048, where one block of each head overlaps its neighbour. Causal
     outputs equal, bit for bit, those with TRIM off (the key blocks past a partition's diagonal,
-    which TRIM skips, add exact zeros)."""
+    which TRIM skips, add exact zeros); persistent ones equal those with one Q buffer."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
     from drill.kernels import flash_hopper
@@ -820,6 +820,11 @@ def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
                 untrimmed = flash_hopper.forward(q, k, v, causal, scale, cfg)
                 monkeypatch.setattr(flash_hopper, "TRIM", True)
                 assert torch.equal(o, untrimmed[0]) and torch.equal(lse, untrimmed[1]), f"TRIM changed bits: {cfg}"
+            if cfg["PERSISTENT"]:  # the second Q buffer changes when Q loads, not what is computed
+                monkeypatch.setattr(flash_hopper, "Q_BUFFERS", 1)
+                single = flash_hopper.forward(q, k, v, causal, scale, cfg)
+                monkeypatch.setattr(flash_hopper, "Q_BUFFERS", 2)
+                assert torch.equal(o, single[0]) and torch.equal(lse, single[1]), f"Q_BUFFERS changed bits: {cfg}"
 
 
 @pytest.mark.gpu

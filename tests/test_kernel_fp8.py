@@ -240,8 +240,8 @@ from drill.kernels import flash_hopper
 from kernels.compile_check import compile_gluon_forward
 fp8 = sys.argv[1] == "fp8"
 for d in (64, 128):
-    for i, cfg in enumerate((flash_hopper.FP8_CANDIDATES if fp8 else flash_hopper.CANDIDATES)[d]):
-        if not fp8 and i:  # bf16: the first config per head dim (the GPU tests run them all)
+    for i, cfg in enumerate(flash_hopper.CANDIDATES[d]):
+        if not fp8 and i and not cfg["PERSISTENT"]:  # bf16: the first and the persistent (two Q buffers)
             continue
         ptx = compile_gluon_forward(cfg, d, True, fp8).asm["ptx"]
         print(d, i, sorted(set(re.findall(r"wgmma\.mma_async\S*", ptx))), ptx.count("st.shared"))
@@ -252,7 +252,7 @@ for d in (64, 128):
 @pytest.mark.parametrize("kind", ["fp8", "bf16"])
 def test_cpu_gluon_forward_compiles_for_hopper(kind):
     """flash_hopper's warp-specialised forward, compiled for sm_90 with the installed Triton: with
-    FP8=True, every config of FP8_CANDIDATES has matmuls that are e4m3 wgmma, and P goes from the score
+    FP8=True, every candidate config has matmuls that are e4m3 wgmma, and P goes from the score
     accumulator to the next matmul's operand in registers (byte permutes and shuffles, no
     round trip through shared memory: the kernel's only shared stores are O's, one per
     partition); the bf16 kernel (FP8=False) still compiles to bf16 wgmma."""
@@ -293,13 +293,13 @@ def _gpu_fp8_case(d, causal, hkv, cfg="auto"):
 
 
 def test_cpu_fp8_plan_runs_configs_the_tests_cover():
-    """Each (head dim, causal) the FP8 plan runs in Gluon is one of FP8_CANDIDATES, the configs the
-    compile check above and the GPU test below (test_gpu_fp8_every_kernel) go through."""
+    """Each (head dim, causal) the FP8 plan runs in Gluon is one of flash_hopper's CANDIDATES, the
+    configs the compile check above and the GPU test below (test_gpu_fp8_every_kernel) go through."""
     from drill.kernels import flash_hopper
 
     assert flash_fp8.GLUON_CONFIGS
     for (d, _), cfg in flash_fp8.GLUON_CONFIGS.items():
-        assert cfg in flash_hopper.FP8_CANDIDATES[d]
+        assert cfg in flash_hopper.CANDIDATES[d]
 
 
 @pytest.mark.gpu
@@ -320,11 +320,11 @@ def test_gpu_fp8_forward_against_bf16(d, causal, hkv):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_fp8_every_kernel(d, causal):
-    """The Triton kernel and every config of flash_hopper.FP8_CANDIDATES, GQA 8/2 (_gpu_fp8_case),
-    so a config bench_fp8 may pick is known to be right."""
+    """The Triton kernel and every flash_hopper candidate config with FP8=True, GQA 8/2
+    (_gpu_fp8_case), so a config bench_fp8 may pick is known to be right."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon kernel needs Hopper")
     from drill.kernels import flash_hopper
 
-    for cfg in [None] + flash_hopper.FP8_CANDIDATES[d]:
+    for cfg in [None] + flash_hopper.CANDIDATES[d]:
         _gpu_fp8_case(d, causal, 2, cfg)
