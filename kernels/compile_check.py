@@ -9,6 +9,7 @@ hashes of the PTX as a multiset and exactly, and the shared memory. Equal "ttgir
 between two versions of flash.py mean the compiler was handed the same work (how issue 17's
 fold was checked, kernels/NOTES.md v7). Uses whatever Triton is installed (a Triton 3.6 wheel
 in a side virtual environment gives the device's compiler). DUMP=dir keeps the PTX and TTGIR.
+compile_gluon_forward does the same for flash_hopper's Gluon forward (bf16 or FP8), for the tests.
 """
 
 from __future__ import annotations

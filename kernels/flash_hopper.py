@@ -21,9 +21,14 @@ Triton's lower-level language, can; this kernel does what FlashAttention-3 does 
 - TRIM (causal). That overlap goes to the shortest tile, and each consumer partition stops at its
   own diagonal instead of the tile's (kernels/NOTES.md h8: +9 % for the 192-row tiles at 4k).
 - Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
-  producer loads the next tile while the consumers finish the current one. Causal tiles go to
+  producer loads the next tile while the consumers finish the current one; with two Q buffers
+  (Q_BUFFERS) the next tile's Q too (NOTES h12: +2 % on average, up to +10 %). Causal tiles go to
   them in pairs of one long and one short (_tile), so every program gets the same work; unpaired
   causal tiles run longest first over groups of heads (_grouped), so the grid ends on short ones.
+
+- FP8 (forward_fp8, called by kernels/flash_fp8.py): the same kernel on e4m3 Q, K and V, V
+  transposed so both wgmma read K-major operands, the block scales folded into the score factor
+  and into P (NOTES h11).
 
 Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S, H, D] views
 (any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;

@@ -916,21 +916,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from drill.kernels import flash_hopper
 
-def build(d, cfg):
-    def desc(rows):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
-        return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
-    rows = cfg["BLOCK_M"] // cfg["PARTS"]
-    sig = dict(q_desc=desc(rows), k_desc=desc(cfg["BLOCK_N"]), v_desc=desc(cfg["BLOCK_N"]), o_desc=desc(rows),
-               LSE="*fp32", H="i32", G="i32", SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in "qk" for a in "bhs"},
-               qk_scale="fp32", num_tiles="i32", group="i32")
-    many = bool(cfg["PERSISTENT"])  # a persistent program runs several tiles: paired, own O buffer
-    consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=True,
-                  PARTS=cfg["PARTS"], PAIRED=many, OWN_O=many, TRIM=True, num_warps=cfg["num_warps"])
-    sig.update({name: "constexpr" for name in consts})
-    options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] else {}))
-    return triton_compile(GluonASTSource(flash_hopper._fwd_kernel, sig, constexprs=consts),
-                          target=GPUTarget("cuda", 90, 32), options=options)
+def build(d, cfg):  # causal, as the plan launches cfg (kernels/compile_check.py)
+    from drill.kernels.compile_check import compile_gluon_forward
+
+    return compile_gluon_forward(cfg, d, True, False)
 
 def build_bwd(kernel, d, cfg, causal):
     from drill.kernels import flash_hopper_bwd

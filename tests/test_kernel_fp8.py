@@ -237,7 +237,7 @@ print(sorted(set(re.findall(r"wgmma\.mma_async\S*", k.asm["ptx"]))), k.asm["ptx"
 GLUON_COMPILE = r'''
 import re, sys
 from drill.kernels import flash_hopper
-from kernels.compile_check import compile_gluon_forward
+from drill.kernels.compile_check import compile_gluon_forward
 fp8 = sys.argv[1] == "fp8"
 for d in (64, 128):
     for i, cfg in enumerate(flash_hopper.CANDIDATES[d]):
@@ -259,9 +259,9 @@ def test_cpu_gluon_forward_compiles_for_hopper(kind):
     import subprocess
     import sys
 
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
     proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, kind], capture_output=True, text=True, env=env,
-                          timeout=900, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                          timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) >= 2, lines
