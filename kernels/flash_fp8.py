@@ -81,8 +81,8 @@ def quantize_reference(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch
 
 @triton.jit
 def _quantize_kernel(X, Y, SCALE, sxb, sxh, sxs, syb, syr, syd, H, S, NB,
-                     BLOCK: tl.constexpr, D: tl.constexpr, ROUND_FIRST: tl.constexpr):
-    """One block of BLOCK rows of one head: its scale (largest |x| / 448) and its e4m3 values,
+                     BLOCK: tl.constexpr, D: tl.constexpr, TOP: tl.constexpr, ROUND_FIRST: tl.constexpr):
+    """One block of BLOCK rows of one head: its scale (largest |x| / TOP) and its e4m3 values,
     stored at Y + row·syr + column·syd (syd ≠ 1: transposed)."""
     blk = tl.program_id(0)
     off_hz = tl.program_id(1)
@@ -91,7 +91,7 @@ def _quantize_kernel(X, Y, SCALE, sxb, sxh, sxs, syb, syr, syd, H, S, NB,
     inside = rows[:, None] < S
     x = tl.load(X + off_hz // H * sxb + off_hz % H * sxh + rows[:, None] * sxs + dims[None, :], mask=inside,
                 other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.max(tl.abs(x), 1), 0), 1e-12) / 448.0  # an all-zero block stays finite
+    scale = tl.maximum(tl.max(tl.max(tl.abs(x), 1), 0), 1e-12) / TOP  # an all-zero block stays finite
     y = x / scale
     if ROUND_FIRST:
         y = _e4m3_rounded(y)
@@ -110,7 +110,8 @@ def quantize(x: torch.Tensor, block: int, transpose: bool = False) -> tuple[torc
     scale = torch.empty((B, H, n), dtype=torch.float32, device=x.device)
     row_stride, col_stride = (1, S) if transpose else (D, 1)
     _quantize_kernel[(n, B * H)](x, y, scale, *x.stride()[:3], S * D, row_stride, col_stride, H, S, n,
-                                 BLOCK=block, D=D, ROUND_FIRST=interpreting(), num_warps=8 if block * D >= 8192 else 4)
+                                 BLOCK=block, D=D, TOP=E4M3_MAX, ROUND_FIRST=interpreting(),
+                                 num_warps=8 if block * D >= 8192 else 4)
     return y, scale
 
 

@@ -206,7 +206,8 @@ def step_flash_bench(ctx: Context) -> StepResult:
             f"TFLOP/s from do_bench medians.")
     chosen = flash.tuned_configs()
     cfg_md = "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
-    times_md = "\n".join(f"- {k}: " + ", ".join(f"{n} {ms:.3f}" if ms < float("inf") else f"{n} rejected" for n, ms in sorted(v.items(), key=lambda x: x[1]))
+    times_md = "\n".join(f"- {k}: " + ", ".join(f"{n} {ms:.3f}" if ms < float("inf") else f"{n} rejected"
+                                                 for n, ms in sorted(v.items(), key=lambda x: x[1]))
                          for k, v in sorted(flash.PLAN_TIMES.items()))
     md = (f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype dot-precision tile-mode host-descriptors "
           f"H/Hkv Sq-bucket Sk-bucket):\n\n{cfg_md}\n\nThe plans' timings, ms (best median of two rounds; gluon #i: "

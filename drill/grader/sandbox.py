@@ -99,7 +99,9 @@ class Policy:
         """(read, list-only): the read roots, each expanded around the hidden paths it contains, and
         the folders on the way down to a hidden path, whose entries may be listed but not read. An
         import lists the folder it searches, so without the second a package installed beside drill
-        (in one site-packages, as `pip install .` puts them) could not be imported."""
+        (in one site-packages, as `pip install .` puts them) could not be imported. Landlock grants a
+        folder's rights to everything below it, so the hidden folder's file names can be listed too;
+        its files still cannot be opened (tests/test_redteam.py)."""
         read: list[str] = []
         listed: list[str] = []
         for root in self.read_roots:
