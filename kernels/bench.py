@@ -1049,6 +1049,13 @@ def bench_qbuf(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log:
     return _bench_flag("Q_BUFFERS", 1, 2, (False, True), lambda cfg: cfg["PERSISTENT"], ds, seqs, tokens, log)
 
 
+def bench_schedule(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384,
+                   log: Callable[[str], None] = print) -> tuple[list[dict], str]:
+    """Persistent causal Gluon forwards with the previous pairs and with the balanced lists
+    (flash_hopper.BALANCED, kernels/NOTES.md h13)."""
+    return _bench_flag("BALANCED", False, True, (True,), lambda cfg: cfg["PERSISTENT"], ds, seqs, tokens, log)
+
+
 H200_FP8_PEAK = 1979.0  # dense e4m3 TFLOP/s, NVIDIA's H200 SXM datasheet (3958 is with sparsity)
 
 

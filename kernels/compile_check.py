@@ -117,12 +117,13 @@ def compile_gluon_forward(cfg: dict, d: int, causal: bool, fp8: bool):
              "v_desc": desc(d, bn, dtype) if fp8 else desc(bn, d, dtype), "o_desc": desc(rows, d, torch.bfloat16)}
     persistent = bool(cfg.get("PERSISTENT"))
     consts = dict(D=d, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=bn, STAGES=cfg["STAGES"], CAUSAL=causal, PARTS=cfg["PARTS"],
-                  PAIRED=causal and persistent, OWN_O=fp8 or persistent, TRIM=fh.TRIM, FP8=fp8, Q_BUFFERS=fh.Q_BUFFERS,
-                  num_warps=cfg["num_warps"])
+                  SCHEDULED=causal and persistent, OWN_O=fp8 or persistent, TRIM=fh.TRIM, FP8=fp8,
+                  Q_BUFFERS=fh.Q_BUFFERS, num_warps=cfg["num_warps"])
     fn = fh._fwd_kernel
-    floats = ("LSE", "QS", "KS", "VC", "VOUT")
-    sig = {n: "constexpr" if n in consts else descs.get(n) or ("*fp32" if n in floats else
-                                                                "fp32" if n == "qk_scale" else "i32")
+    # pointers as _launch passes them: the schedule's int32 lists, or lse in its place when not read
+    pointers = {"LSE": "*fp32", "QS": "*fp32", "KS": "*fp32", "VC": "*fp32", "VOUT": "*fp32",
+                "SCHED": "*i32" if consts["SCHEDULED"] else "*fp32"}
+    sig = {n: "constexpr" if n in consts else descs.get(n) or pointers.get(n) or ("fp32" if n == "qk_scale" else "i32")
            for n in fn.arg_names}
     options = dict(num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}))
     return triton.compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),

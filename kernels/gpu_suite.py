@@ -239,6 +239,7 @@ def step_flash_features(ctx: Context) -> StepResult:
                            ("Causal forward programs head by head against grouped", bench.bench_causal_order, None),
                            ("Causal Gluon forward, TRIM off and on", bench.bench_trim, None),
                            ("Persistent Gluon forward, one and two Q buffers", bench.bench_qbuf, None),
+                           ("Persistent causal Gluon forward, pairs and balanced lists", bench.bench_schedule, None),
                            ("FP8 forward against bf16", bench.bench_fp8, None),
                            ("Gluon forward (warp-specialised, async wgmma) against Triton and cuDNN",
                             bench.bench_gluon, None),
@@ -422,7 +423,7 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--impls", help="comma-separated implementations for flash_bench (default: all)")
     ap.add_argument("--features", help="comma-separated tables for flash_features (bench_gqa, bench_layouts, "
                     "fp32_accuracy, bench_variants, bench_bwd_variants, bench_bwd_kernels, bench_causal_order, "
-                    "bench_trim, bench_qbuf, bench_fp8, bench_gluon, gluon_layout_configs, bench_short, bench_short_backward; default: all)")
+                    "bench_trim, bench_qbuf, bench_schedule, bench_fp8, bench_gluon, gluon_layout_configs, bench_short, bench_short_backward; default: all)")
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
