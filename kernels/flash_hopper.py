@@ -34,8 +34,9 @@ Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S,
 (any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;
 k and v alike), k and v may have fewer heads (GQA), Sq and Sk multiples of 128, causal only
 with Sq = Sk. Everything else, the interpreter and other GPUs run kernels/flash.py, which also
-owns the backward (kernels/flash_hopper_bwd.py has its Gluon passes); `applicable` says which. The log-sum-exp is written in flash.py's format
-(natural log), so its backward works unchanged on this forward's output. flash.py's forward
+owns the backward (kernels/flash_hopper_bwd.py has its Gluon passes); `applicable` says which.
+The log-sum-exp is written in flash.py's format (natural log), so its backward works unchanged
+on this forward's output. flash.py's forward
 plan "auto" times this kernel's CANDIDATES against its own and keeps the faster per shape
 (kernels/NOTES.md g1-g4 has what each part bought on an H200).
 """
@@ -70,10 +71,11 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup; PARTS=2 two consumer partitions of
 # 4 warps in ping-pong, PARTS=3 three of 64 rows without turns (the 192-row tiles: at D = 64 they
 # beat every 128-row config by 10-17 % without a mask, NOTES h7; their persistent version, with
-# TRIM, was the best at 4k, NOTES h8). maxnreg=128 caps a program at 32k
-# registers, so that two programs share an SM (and the scheduler overlaps one's softmax with the
-# other's matmuls) where their shared memory also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops over the tiles, so
-# the producer loads the next tile's Q, K and V while the consumers finish the current one.
+# TRIM, was the best at 4k, NOTES h8). maxnreg=128 caps a program at 32k registers, so that two
+# programs share an SM (and the scheduler overlaps one's softmax with the other's matmuls) where
+# their shared memory also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops
+# over the tiles, so the producer loads the next tile's Q, K and V while the consumers finish the
+# current one.
 # Programs with one tile write O through Q's buffer (OWN_O), which makes room for a third K/V
 # stage at D = 128 with 128 × 128 tiles (224 of the 227 KB a program may have).
 CANDIDATES = {
@@ -173,9 +175,9 @@ def _key_blocks(m0, SK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr, CAUSAL: gl.constexpr,
-              SCHEDULED: gl.constexpr, TRIM: gl.constexpr, FP8: gl.constexpr):
+              H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
+              CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr, TRIM: gl.constexpr, FP8: gl.constexpr):
     """One warp: per tile, the consumers' Q rows once they released the previous tile's, then K_j
     and V_j into slot c % STAGES (c counts blocks over all tiles) as soon as the slot is free.
     FP8: V comes transposed, [B, Hkv, D, Sk] (sv*: its strides), so block j is D rows × BLOCK_N columns."""
@@ -422,8 +424,8 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB,
                          LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, SCHED,
                          qk_scale, 1, 2, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, SCHEDULED, TRIM, FP8)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED, BLOCK_M,
-                         BLOCK_N, STAGES, PARTS, CAUSAL, SCHEDULED, TRIM, FP8)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED,
+                         BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL, SCHEDULED, TRIM, FP8)),
         ], [4, 1], [216, 24])  # 216: room for the default partition to take up to 256
     elif PARTS == 3:  # three consumer warpgroups of 64 rows each, no turns (FA3's choice at D = 64)
         gl.warp_specialize([
@@ -437,8 +439,8 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB,
                          LSE, QS, KS, VC, VOUT, NQB, NKB, H, G, SQ, SK, sqb, sqh, sqs, n_m, num_tiles, group, SCHED,
                          qk_scale, 2, 3, 4, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, SCHEDULED, TRIM, FP8)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED, BLOCK_M,
-                         BLOCK_N, STAGES, PARTS, CAUSAL, SCHEDULED, TRIM, FP8)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED,
+                         BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL, SCHEDULED, TRIM, FP8)),
         ], [4, 4, 1], [160, 160, 24])  # 160: the least spill (40 bytes) of 144-176 with Triton 3.6's ptxas
     else:  # one consumer partition of num_warps warps sharing the BLOCK_M rows
         gl.warp_specialize([
@@ -447,8 +449,8 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB,
                          qk_scale, 0, 1, num_warps, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, SCHEDULED, TRIM,
                          FP8)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED, BLOCK_M,
-                         BLOCK_N, STAGES, PARTS, CAUSAL, SCHEDULED, TRIM, FP8)),
+                         H, G, SQ, SK, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, n_m, num_tiles, group, SCHED,
+                         BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL, SCHEDULED, TRIM, FP8)),
         ], [1], [24])
 
 
