@@ -70,7 +70,7 @@ def topics_started_first(store: Store) -> list[str]:
 
 
 def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | None = None,
-               first_failure: bool = False, repro: bool = False):
+               first_failure: bool = False, repro: bool = False, seed: int | None = None):
     """Grade `path` and record the attempt. Returns (exercise, result) or (None, reason).
 
     `keyword` (a pytest -k expression) and `first_failure` go to the grader as they are. A run
@@ -83,7 +83,11 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
         return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
                       "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {catalog.known_ids()})")
-    result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure, repro=repro)
+    result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure, repro=repro, seed=seed)
+    if seed is not None:
+        # Inputs the file could know in advance prove nothing: a replay is for debugging only.
+        result.notes.append(f"graded with the seed you gave (--seed {seed}): a replay, not saved to your progress")
+        return ex, result
     if keyword:
         result.notes.append(f"only the checks matching -k {keyword!r} ran; this run is not saved "
                             "to your progress")

@@ -53,13 +53,13 @@ def base_name(check_name: str) -> str:
     return check_name.split(" [", 1)[0]
 
 
-def grade_copy(ex: Exercise, source: Path, folder: Path) -> GradeResult:
+def grade_copy(ex: Exercise, source: Path, folder: Path, seed: int | None = None) -> GradeResult:
     """Grade `source` as the learner would hand it in: copied under the exercise's file name."""
     from drill.grader.runner import grade
 
     target = folder / ex.file
     shutil.copy(source, target)
-    return grade(ex, target)
+    return grade(ex, target, seed=seed)
 
 
 # -- the rules ---------------------------------------------------------------------------

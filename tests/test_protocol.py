@@ -79,3 +79,70 @@ def test_a_triton_compile_error_keeps_the_compilers_message():
     error = CompilationError("at 46:37:\n    acc += tl.dot(p, v)\n           ^\nValueError('shapes do not match')")
     text = subject._first_line(error)
     assert text.startswith("ValueError('shapes do not match')") and "46:37" in text and "tl.dot" in text
+
+
+class _Trickle(io.RawIOBase):
+    """A pipe that hands over a few bytes per read, as a real pipe does past 64 KiB."""
+
+    def __init__(self, data: bytes, step: int = 4096):
+        self.data, self.step = data, step
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        n = min(len(buffer), self.step, len(self.data))
+        buffer[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+def _raw(header: dict) -> bytes:
+    import json
+    import struct
+
+    body = json.dumps(header).encode()
+    return struct.pack("<Q", len(body)) + body
+
+
+def test_short_reads_are_read_until_every_byte_arrives():
+    big = {"text": "x" * 300_000, "array": np.arange(500_000.0)}
+    stream = io.BytesIO()
+    protocol.send(stream, {"event": "x"}, big)
+    _, back = protocol.receive(_Trickle(stream.getvalue()), limit=1 << 30)
+    assert back["text"] == big["text"]
+    np.testing.assert_array_equal(back["array"], big["array"])
+
+
+def test_zero_dimensional_arrays_keep_their_shape():
+    back = _roundtrip(np.array(2.5))
+    assert back.shape == () and float(back) == 2.5
+
+
+def test_a_reply_nested_too_deep_is_a_protocol_error():
+    deep = "[" * 100_000 + "]" * 100_000
+    body = ('{"arrays": 0, "payload": ' + deep + "}").encode()
+    import struct
+
+    with pytest.raises(protocol.ProtocolError, match="deep|JSON"):
+        protocol.receive(io.BytesIO(struct.pack("<Q", len(body)) + body), limit=1 << 20)
+    nested = '{"list": [' * 5000 + "]}" * 5000  # valid JSON, but each level is a value to decode
+    body = ('{"arrays": 0, "payload": ' + nested + "}").encode()
+    with pytest.raises(protocol.ProtocolError):
+        protocol.receive(io.BytesIO(struct.pack("<Q", len(body)) + body), limit=1 << 20)
+
+
+@pytest.mark.parametrize("payload", [{"array": -1}, {"array": "0"}, {"dict": [[1]]}, {"tuple": 5}])
+def test_malformed_values_are_protocol_errors(payload):
+    with pytest.raises(protocol.ProtocolError):
+        protocol.receive(io.BytesIO(_raw({"arrays": 0, "payload": payload})), limit=1 << 20)
+
+
+def test_an_array_header_over_budget_is_refused_before_allocating():
+    from numpy.lib import format as npy
+
+    stream = io.BytesIO()
+    stream.write(_raw({"arrays": 1, "payload": {"array": 0}}))
+    npy.write_array_header_2_0(stream, {"descr": "<f8", "fortran_order": False, "shape": (1 << 20, 1 << 20)})
+    stream.seek(0)
+    with pytest.raises(protocol.ProtocolError, match="more than"):
+        protocol.receive(stream, limit=1 << 20)

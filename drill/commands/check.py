@@ -35,8 +35,11 @@ def error_document(reason: str, given: dict) -> dict:
 @click.option("--repro", is_flag=True,
               help="On a failure, write repro_<file>.py beside FILE: it replays the failing call with its inputs "
                    "and compares with the expected values, for your editor or debugger.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None, metavar="N",
+              help="Replay a run's random inputs (the seed is in --json and in --repro's script); "
+                   "such a run is not saved to progress.")
 def command(target: str, as_json: bool, timeout: float | None, keyword: str | None,
-            first_failure: bool, repro: bool) -> None:
+            first_failure: bool, repro: bool, seed: int | None) -> None:
     """Grade FILE (or an exercise id) against its hidden checks.
 
     A name or id is looked for in the folder you stand in, then in the current
@@ -50,7 +53,8 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
             cannot(reason)
         if keyword is not None and not keyword.strip():
             cannot("-k needs part of a check's name, for example -k causal")
-        ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure, repro=repro)
+        ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure, repro=repro,
+                                seed=seed)
         if ex is None:
             cannot(result, target=target or path.name)
         if as_json:

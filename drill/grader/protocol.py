@@ -76,6 +76,8 @@ def _decode(value, arrays: list):
         if kind == "int":
             return int(body)
         if kind == "array":
+            if type(body) is not int or not 0 <= body < len(arrays):
+                raise ProtocolError("a value names an array that was not sent")
             return arrays[body]
         if kind == "tuple":
             return tuple(_decode(v, arrays) for v in body)
@@ -95,7 +97,7 @@ def send(stream, header: dict, payload=None) -> None:
     body = json.dumps(doc).encode()
     stream.write(_LENGTH.pack(len(body)) + body)
     for array in arrays:
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # unlike ascontiguousarray, keeps a 0-d array 0-d
         npy.write_array_header_2_0(stream, npy.header_data_from_array_1_0(array))
         if array.size:
             stream.write(memoryview(array.reshape(-1)).cast("B"))  # no copy, and pipes need no seek
@@ -104,7 +106,12 @@ def send(stream, header: dict, payload=None) -> None:
 
 def receive(stream, limit: int) -> tuple[dict, object]:
     """Read one message; at most `limit` bytes of arrays. Returns (header, payload)."""
-    header = json.loads(_read_exact(stream, _read_length(stream, HEADER_LIMIT)))
+    try:
+        header = json.loads(_read_exact(stream, _read_length(stream, HEADER_LIMIT)))
+    except RecursionError:
+        raise ProtocolError("a message nested too deep") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise ProtocolError(f"a message that is not JSON ({exc})") from None
     if not isinstance(header, dict) or not isinstance(header.get("arrays"), int):
         raise ProtocolError("message without a header")
     arrays, budget = [], limit
@@ -112,7 +119,12 @@ def receive(stream, limit: int) -> tuple[dict, object]:
         array = _read_array(stream, budget)
         budget -= array.nbytes
         arrays.append(array)
-    return header, _decode(header.get("payload"), arrays)
+    try:
+        return header, _decode(header.get("payload"), arrays)
+    except RecursionError:
+        raise ProtocolError("a value nested too deep") from None
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise ProtocolError(f"a malformed value ({type(exc).__name__})") from None
 
 
 def _read_length(stream, limit: int) -> int:
@@ -123,10 +135,15 @@ def _read_length(stream, limit: int) -> int:
 
 
 def _read_exact(stream, size: int) -> bytes:
-    data = stream.read(size)
-    if data is None or len(data) != size:
-        raise EOFError("the other side closed the channel")
-    return data
+    """`size` bytes, however many reads it takes (a pipe hands over at most 64 KiB at a time)."""
+    parts, left = [], size
+    while left:
+        data = stream.read(left)
+        if not data:
+            raise EOFError("the other side closed the channel")
+        parts.append(data)
+        left -= len(data)
+    return b"".join(parts)
 
 
 def _read_array(stream, budget: int) -> np.ndarray:
@@ -138,9 +155,12 @@ def _read_array(stream, budget: int) -> np.ndarray:
         raise ProtocolError(f"malformed array: {exc}") from None
     if dtype.hasobject:
         raise ProtocolError("an array of Python objects cannot cross")
-    array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-    if array.nbytes > budget:
+    count = 1
+    for n in shape:
+        count *= int(n)
+    if count * dtype.itemsize > budget:  # before anything is allocated
         raise ProtocolError(f"arrays of more than {budget} bytes in one message")
+    array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
     view = memoryview(array.reshape(-1, order="A")).cast("B") if array.size else memoryview(b"")
     filled = 0
     while filled < len(view):

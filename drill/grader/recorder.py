@@ -77,8 +77,9 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
 
 class Recorder:
     def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False,
-                 repro_path: str = ""):
+                 repro_path: str = "", seed: int | None = None):
         self.emit = emit
+        self.seed = seed  # the run's seed, kept with --repro's values
         self.first_failure = first_failure
         self.repro_path = repro_path  # where `drill check --repro` wants the failing call's values
         self.deadline = deadline  # time.time() by which a running check is stopped
@@ -166,6 +167,6 @@ class Recorder:
             expected = references[name](*args, **kwargs)
         except Exception:  # noqa: BLE001 - no repro is better than a broken grading run
             return
-        if save(self.repro_path, check_name(item), name, args, kwargs, expected):
+        if save(self.repro_path, check_name(item), name, args, kwargs, expected, seed=self.seed):
             self.emit(event="repro", check=check_name(item), function=name)
             self.repro_path = ""

@@ -17,9 +17,9 @@ import numpy as np
 from drill.grader import protocol
 
 
-def save(path: str, check: str, function: str, args: list, kwargs: dict, expected) -> bool:
+def save(path: str, check: str, function: str, args: list, kwargs: dict, expected, *, seed: int | None = None) -> bool:
     arrays: list = []
-    doc = {"check": check, "function": function, "args": protocol._encode(list(args), arrays),
+    doc = {"check": check, "function": function, "seed": seed, "args": protocol._encode(list(args), arrays),
            "kwargs": protocol._encode(dict(kwargs), arrays), "expected": protocol._encode(expected, arrays)}
     try:
         np.savez(path, doc=np.array(json.dumps(doc)), **{f"a{i}": a for i, a in enumerate(arrays)})
@@ -36,20 +36,26 @@ def write(bundle: Path, user_file: Path) -> Path:
     with np.load(target, allow_pickle=False) as data:
         doc = json.loads(str(data["doc"]))
     script = user_file.with_name(stem + ".py")
-    script.write_text(SCRIPT.format(check=doc["check"], function=doc["function"], script=script.name,
-                                    user_file=user_file.name, bundle=target.name), encoding="utf-8")
+    # Every name goes in as a Python literal (repr): a file name holding quotes or newlines
+    # stays a string and never becomes code.
+    script.write_text(SCRIPT.format(check=repr(doc["check"]), function=repr(doc["function"]),
+                                    script=repr(script.name), user_file=repr(user_file.name),
+                                    bundle=repr(target.name), seed=repr(doc.get("seed"))), encoding="utf-8")
     return script
 
 
-SCRIPT = '''"""Re-run the call behind a failing drill check, outside drill.
-
-check:    {check}
-function: {function}
-
-Run `python {script}`, or step through it in a debugger; edit {user_file} and run it
-again. The inputs and expected values were saved by drill (in {bundle}); how the
-expected values were computed is not included.
-"""
+SCRIPT = '''# Re-run the call behind a failing drill check, outside drill.
+#
+# Run this script with python, or step through it in a debugger; edit the file named in
+# USER_FILE and run it again. The inputs and expected values were saved by drill (in
+# BUNDLE); how the expected values were computed is not included. `drill check --seed SEED`
+# grades with the same random inputs again.
+CHECK = {check}
+FUNCTION = {function}
+SCRIPT = {script}
+USER_FILE = {user_file}
+BUNDLE = {bundle}
+SEED = {seed}
 
 import importlib.util
 import json
@@ -58,7 +64,7 @@ import pathlib
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-data = np.load(HERE / "{bundle}", allow_pickle=False)
+data = np.load(HERE / BUNDLE, allow_pickle=False)
 doc = json.loads(str(data["doc"]))
 
 
@@ -105,7 +111,7 @@ def compare(got, want, where="result"):
     return ok
 
 
-spec = importlib.util.spec_from_file_location("submission", HERE / "{user_file}")
+spec = importlib.util.spec_from_file_location("submission", HERE / USER_FILE)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 args, kwargs = decode(doc["args"]), decode(doc["kwargs"])

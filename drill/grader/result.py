@@ -31,7 +31,10 @@ class GradeResult:
     seconds: float = 0.0
     output: str = ""  # what the user's code printed outside any check (truncated)
     notes: list[str] = field(default_factory=list)
-    sandbox: str = "partial"  # "full": Landlock confined the user's code; "partial": only processes and limits
+    sandbox: str = "partial"  # "full": every containment layer held; "partial": some did not (see layers)
+    layers: dict = field(default_factory=dict)  # each containment layer: "held", or why it did not
+    seed: int | None = None  # every random input of the checks came from this (drawn per run)
+    seed_chosen: bool = False  # the learner gave the seed (--seed): a replay, never saved as progress
 
     def to_json(self) -> dict:
         doc = asdict(self)

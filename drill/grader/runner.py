@@ -74,8 +74,13 @@ def pycache_dir() -> Path:
 
 
 def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
-          keyword: str | None = None, first_failure: bool = False, repro: bool = False) -> GradeResult:
+          keyword: str | None = None, first_failure: bool = False, repro: bool = False,
+          seed: int | None = None) -> GradeResult:
+    """Grade `user_file`. `seed` replays a run's random inputs (from --json or --repro); by default a
+    secret one is drawn, so no file can know its inputs before the checks send them."""
     user_file = Path(os.path.abspath(user_file))
+    seed_chosen = seed is not None
+    seed = int(seed) if seed_chosen else secrets.randbelow(2**63)
     timeout = timeout or exercise.timeout
     # The worker stops a hung check itself just before this deadline, so the checks that
     # ran are still reported; the kill below is the backstop.
@@ -100,7 +105,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             # that right it fails with error 304 (measured on an H200, kernels/sandbox_cuda.py).
             "cuda": gpu,
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
-            "repro": str(Path(tmp) / "repro.npz") if repro else "",
+            "repro": str(Path(tmp) / "repro.npz") if repro else "", "seed": seed,
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)
@@ -110,6 +115,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
                           keyword)
+        result.seed, result.seed_chosen = seed, seed_chosen
         if repro:
             result.notes.append(_write_repro(Path(tmp) / "repro.npz", user_file, events))
     result.seconds = round(time.perf_counter() - started, 3)
@@ -215,7 +221,10 @@ def stop_trusted(proc: subprocess.Popen) -> None:
     proc.stdout.close()
 
 
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
+# Terminal escapes, C0 and C1 controls (U+009B is a one-character CSI), and the bidirectional
+# overrides and isolates that make a line read differently from what it says.
+_CONTROL = re.compile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f"
+                      "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def clean(text) -> str:

@@ -56,6 +56,8 @@ def main() -> int:
     from drill.grader import fixtures, submission
     from drill.grader.recorder import Recorder
 
+    fixtures.set_run_seed(int(job["seed"]))
+
     subject.wait_loaded(deadline=float(job["deadline"]))
     if subject.load_error == TIMED_OUT:
         subject.load_error = (f"timed out after {job['timeout']:g} s while importing your file: "
@@ -67,7 +69,8 @@ def main() -> int:
 
     submission.set_loaded(SubmissionProxy(subject), job["user_file"])
     recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]),
-                        first_failure=bool(job.get("first_failure")), repro_path=job.get("repro") or "")
+                        first_failure=bool(job.get("first_failure")), repro_path=job.get("repro") or "",
+                        seed=int(job["seed"]))
     checks = job["checks_file"]
     args = [checks, "-c", os.devnull, "--rootdir", os.path.dirname(checks),
             "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal", "-p", "no:stepwise"]

@@ -192,3 +192,26 @@ REFERENCES = {
     "hbm_elements": lambda s, d, Br, Bc: {"standard": iocount.standard_elements(s, d),
                                           "flash": iocount.flash_elements(s, d, Br)},
 }
+
+
+def test_random_sizes(sub, rng):
+    """Every function on sizes drawn at random for this run (no table of the fixed examples can answer)"""
+    for _ in range(12):
+        M, d = int(rng.integers(64, 300_000)), int(rng.choice([16, 32, 48, 64, 80, 96, 128, 256]))
+        call = Call("block_sizes", f"M={M}, d={d}")
+        want = REFERENCES["block_sizes"](M, d)
+        got = _ints(sub.block_sizes(M, d), 2, call)
+        if got != want:
+            fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {want}")
+        s, Br, Bc = int(rng.integers(1, 20_000)), int(rng.integers(1, 257)), int(rng.integers(1, 257))
+        call = Call("num_blocks", f"s={s}, Br={Br}, Bc={Bc}")
+        got = _ints(sub.num_blocks(s, Br, Bc), 2, call)
+        want = REFERENCES["num_blocks"](s, Br, Bc)
+        if got != want:
+            fail("wrong number of blocks", called=str(call), got=f"(Tr, Tc) = {got}", expected=f"(Tr, Tc) = {want}")
+        call, shapes = _shapes(sub, s, d, Br, Bc)
+        _compare_shapes(call, shapes, _expected_shapes(s, d, Br, Bc))
+        call, traffic = _traffic(sub, s, d, Br, Bc)
+        want = REFERENCES["hbm_elements"](s, d, Br, Bc)
+        if {k: traffic[k] for k in want} != want:
+            fail("wrong traffic", called=str(call), got=show(traffic), expected=show(want))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from drill.grader import roundtrip
+from drill.grader import fixtures, roundtrip
 from drill.grader.expect import close, fail, matches, note
 from drill.grader.proxy import SubmissionProxy
 
@@ -49,7 +49,7 @@ def mode():
 
 def make_cache(B, Hq, Hkv, lens, D, *, seed, dtype=DTYPE, q_scale=1.0, poison=float("nan"), S_max=None):
     """q [B, Hq, D], k, v [B, Hkv, S_max, D] with `poison` in every row past seq_len, seq_lens int32."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(fixtures.seed(seed))  # stream `seed` of the run's secret seed
     S_max = S_max or max(lens)
     q = torch.randn(B, Hq, D, generator=g) * q_scale
     k = torch.randn(B, Hkv, S_max, D, generator=g)
