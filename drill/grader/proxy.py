@@ -130,7 +130,7 @@ class Subject:
             header, _ = self._receive(time.monotonic() + 60)
             if header.get("event") != "hello":
                 raise SubjectGone("the subject did not start")
-            self.base_rss = sandbox.status_bytes(self.proc.pid, "VmRSS")
+            self.base_rss = sandbox.status_bytes(self.contained.pid, "VmRSS")
             self.base_group = self.group.read("usage") if self.group else 0
             protocol.send(self.requests, {"op": "load"})
             header, _ = self._receive(limit)
@@ -229,7 +229,7 @@ class Subject:
             raise
         peak = None
         if measure_memory:
-            peak = max(sandbox.status_bytes(self.proc.pid, "VmHWM"), self.tree_peak) - self.base_rss
+            peak = max(sandbox.status_bytes(self.contained.pid, "VmHWM"), self.tree_peak) - self.base_rss
             if self.group is not None:  # the whole tree: a forked helper's memory counts too
                 peak = max(peak, self.group.read("peak") - self.base_group)
             peak = max(0, peak)
@@ -251,7 +251,7 @@ class Subject:
             ready, _, _ = select.select([self.responses], [], [], wait)
             if ready:
                 break
-            tree = sandbox.tree_rss_bytes(self.proc.pid)
+            tree = sandbox.tree_rss_bytes(self.contained.pid)
             self.tree_peak = max(self.tree_peak, tree)  # without a cgroup, a forked helper shows up here
             if self.memory_mb and self.group is None and tree > self.memory_mb * 1024 * 1024:
                 self.close()

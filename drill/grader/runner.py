@@ -24,6 +24,7 @@ from pathlib import Path
 from drill import userfile
 from drill.words import plural
 from drill.catalog import Exercise
+from drill.grader import sandbox
 from drill.grader.result import CheckResult, GradeResult
 from drill.install_hint import nvidia_driver_present
 
@@ -111,6 +112,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             proc = start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)
             events, timed_out = read_events(proc, timeout + KILL_GRACE_S)
             stop_trusted(proc)
+            sandbox.MemoryGroup.sweep(proc.pid)  # a worker that died cannot have ended its subjects
             stderr.seek(0)
             worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
@@ -239,6 +241,7 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
         first.setdefault(e.get("event"), e)
     result = GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error",
                          sandbox=str(first.get("start", {}).get("sandbox", "partial")),
+                         layers={str(k): str(v) for k, v in dict(first.get("start", {}).get("layers") or {}).items()},
                          output=clean((first.get("loaded") or first.get("load_error") or {}).get("output", "")))
     checks = [CheckResult(clean(e["name"]), e["status"], clean(e.get("message", "")), e.get("seconds", 0.0),
                           clean(e.get("output", "")), {k: clean(v) for k, v in e.get("details", {}).items()},

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from drill.grader import namespaces, seccomp
+
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
@@ -43,7 +45,8 @@ READ = _EXECUTE | _READ_FILE | _READ_DIR
 _FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE
 
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/opt")
-DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", "/dev/shm")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+PRIVATE_SHM = "/dev/shm"  # writable only where it is the subject's own tmpfs (namespaces.enter)
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -69,8 +72,28 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def level() -> str:
-    return "full" if landlock_abi() >= 1 else "partial"
+def layers() -> dict[str, str]:
+    """Each containment layer on this machine: 'held (how)', or 'not held: why'."""
+    abi = landlock_abi()
+    isolation = namespaces.probe()
+    found = {
+        "files": f"held (Landlock ABI {abi})" if abi >= 1 else "not held: this kernel has no Landlock",
+        "sockets": "held (seccomp: no new socket)" if seccomp.available() else "not held: no seccomp filter here",
+        "network": "held (a network namespace of its own)" if not isolation else f"not held: {isolation}",
+        "shared memory": ("held (a private /dev/shm and IPC namespace)" if not isolation else
+                          "held (/dev/shm not writable)" if abi >= 1 else "not held: /dev/shm is shared"),
+        "processes": ("held (a PID namespace, and a memory cgroup or subreaper sweep)" if not isolation else
+                      "held in part (subreaper sweep and memory cgroup; no PID namespace)"),
+        "user": ("held (not root)" if os.geteuid() != 0 else
+                 "held in part (root without capabilities; root-only files are not readable)"),
+    }
+    return found
+
+
+def level(found: dict[str, str] | None = None) -> str:
+    """'full' when every layer held, else 'partial' (the report lists which did not)."""
+    found = found or layers()
+    return "full" if all(v.startswith("held") for v in found.values()) else "partial"
 
 
 def _handled(abi: int) -> int:
@@ -87,7 +110,7 @@ class Policy:
 
     def __init__(self, scratch: Path, hidden: list[Path]):
         self.scratch = scratch.resolve()
-        self.hidden = [p.resolve() for p in hidden]
+        self.hidden = [p.resolve() for p in hidden] + [Path(p) for p in root_only_files()]
         roots = set(SYSTEM_READ)
         for entry in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
                       *sys.path]:
@@ -124,6 +147,31 @@ class Policy:
             if child.is_symlink():
                 continue  # a link could lead back into a hidden folder
             self._expand(child, read, listed)
+
+
+_root_only: list[str] | None = None
+
+
+def root_only_files(top: str = "/etc") -> list[str]:
+    """Where drill runs as root, the subject runs as root too (without capabilities) and so could
+    read files only root may read (/etc/shadow, private keys): those under /etc are hidden."""
+    global _root_only
+    if os.geteuid() != 0:
+        return []
+    if _root_only is None:
+        found = []
+        for root, dirs, files in os.walk(top):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                except OSError:
+                    continue
+                if not (mode & 0o004) and not (mode & 0o170000) == 0o120000:  # not world-readable, not a link
+                    found.append(path)
+            dirs[:] = [d for d in dirs if os.path.join(root, d) not in found]
+        _root_only = found
+    return _root_only
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -165,13 +213,14 @@ def _apply_landlock(policy_paths: tuple[list[str], list[str], list[str], list[st
     for path in list_paths:  # names only: a hidden file below still cannot be opened
         allow(path, _READ_DIR)
     for path in device_paths:
-        allow(path, READ | _WRITE_FILE | (_WRITE_TREE if path == "/dev/shm" else 0))
+        allow(path, READ | _WRITE_FILE | (_WRITE_TREE if path == PRIVATE_SHM else 0))
     for path in write_paths:
         allow(path, handled)
     if own_proc:
         # The NVIDIA driver writes to its own /proc entries when CUDA starts (error 304 without
-        # this, measured on an H200). Resolved here, in the child, so it is this process's own.
-        allow(f"/proc/{os.getpid()}", READ | _WRITE_FILE | _TRUNCATE)  # fopen(..., "w") truncates
+        # this, measured on an H200). Resolved here, in the child, so it is this process's own
+        # (through /proc/self: inside a PID namespace os.getpid() is 1).
+        allow(os.path.realpath("/proc/self"), READ | _WRITE_FILE | _TRUNCATE)  # fopen(..., "w") truncates
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs failed")
     if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
@@ -197,8 +246,13 @@ def _drop_capabilities() -> None:
 
 
 def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str], list[str], list[str]] | None,
-            group: "MemoryGroup | None" = None, cuda: bool = False):
-    """The function subprocess runs in the child before exec (computed paths are passed in)."""
+            group: "MemoryGroup | None" = None, cuda: bool = False, *, isolate: bool = False,
+            sockets: bool = False, loopback: bool = False, shm_bytes: int = 64 << 20):
+    """The function subprocess runs in the child before exec (computed paths are passed in).
+
+    isolate: enter private namespaces (namespaces.enter; the subject is then a grandchild).
+    sockets: leave socket() allowed (06's launcher, whose ranks shut themselves in later).
+    """
 
     def apply() -> None:
         os.setsid()
@@ -210,16 +264,21 @@ def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str]
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if isolate:
+            namespaces.enter(shm_bytes, loopback)
         if paths is not None:
             _apply_landlock(paths, own_proc=cuda)
         _drop_capabilities()
+        if not sockets and seccomp.available():
+            seccomp.deny_new_sockets()
 
     return apply
 
 
-def policy_paths(policy: Policy) -> tuple[list[str], list[str], list[str], list[str]]:
+def policy_paths(policy: Policy, private_shm: bool = False) -> tuple[list[str], list[str], list[str], list[str]]:
     """(read, write, device, list-only) paths, as _apply_landlock takes them."""
     devices = list(DEVICES) + [str(p) for p in Path("/dev").glob("nvidia*")] + ["/dev/dri"]
+    devices += [PRIVATE_SHM] if private_shm else []
     read, listed = policy.paths()
     return read, [str(policy.scratch)], [d for d in devices if os.path.exists(d)], listed
 
@@ -250,29 +309,38 @@ class Contained:
     what it may print. `close` ends the tree, including processes that called setsid.
     """
 
-    def __init__(self, proc, group: "MemoryGroup | None", scratch: Path):
+    def __init__(self, proc, group: "MemoryGroup | None", scratch: Path, pid: int):
         self.proc, self.group, self.scratch = proc, group, scratch
+        self.pid = pid  # the subject itself: proc.pid, or the relay's child inside the namespaces
 
     @classmethod
     def start(cls, script: Path, args: list[str], *, scratch: Path, hidden: list[Path], memory_mb: int,
               name: str, cap_address_space: bool = True, env: dict | None = None, stdout=None,
-              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = (), cuda: bool = False) -> "Contained":
+              output_limit: int = 64 * 1024 * 1024, pass_fds: tuple = (), cuda: bool = False,
+              sockets: bool = False) -> "Contained":
+        """sockets=True leaves socket() allowed and brings up a loopback (06's launcher)."""
         import subprocess
 
+        isolate = not namespaces.probe()
         policy = Policy(scratch, hidden)
-        paths = policy_paths(policy) if landlock_abi() >= 1 else None
+        paths = policy_paths(policy, private_shm=isolate) if landlock_abi() >= 1 else None
         group = MemoryGroup.create(name, memory_mb * 1024 * 1024) if memory_mb else None
         proc = subprocess.Popen(
             [sys.executable, "-s", "-B", str(script), *args],
             stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else subprocess.DEVNULL,
             stderr=stdout if stdout is not None else subprocess.DEVNULL, cwd=str(scratch),
             env=contained_env(scratch, env or {}), pass_fds=pass_fds, close_fds=True,
-            preexec_fn=preexec(memory_mb if cap_address_space else 0, output_limit, paths, group, cuda),
+            preexec_fn=preexec(memory_mb if cap_address_space else 0, output_limit, paths, group, cuda,
+                               isolate=isolate, sockets=sockets, loopback=sockets,
+                               shm_bytes=min(memory_mb or 64, 256) << 20),
         )
-        return cls(proc, group, scratch)
+        # Popen returns once the exec-error pipe is closed everywhere: the relay closed it at once,
+        # its child when it exec'd; so the subject is running (or gone) by now.
+        pid = next(iter(descendants(proc.pid)), proc.pid) if isolate else proc.pid
+        return cls(proc, group, scratch, pid)
 
     def tree_bytes(self) -> int:
-        return tree_rss_bytes(self.proc.pid)
+        return tree_rss_bytes(self.pid)
 
     def close(self) -> None:
         """End the tree: every descendant of this grading process (a setsid escapee is one too)."""
@@ -420,6 +488,28 @@ class MemoryGroup:
                 return
             except OSError:
                 time.sleep(0.01)  # the killed processes are still leaving
+
+
+    @classmethod
+    def sweep(cls, owner: int) -> None:
+        """Kill every process in the groups a grading process `owner` made, then remove them: the
+        runner's backstop for a worker that died before it could end its own subjects."""
+        for root, *_ in cls.LAYOUTS:
+            for path in Path(root).glob(f"drill-{owner}-*"):
+                for _ in range(100):
+                    try:
+                        pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+                    except (OSError, ValueError):
+                        break
+                    for pid in pids:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    if not pids:
+                        break
+                    time.sleep(0.01)
+                cls(path, "", "", "").remove()
 
 
 def _remove_stale_groups(base: Path) -> None:

@@ -34,9 +34,21 @@ def main() -> int:
     job = json.loads(sys.stdin.readline())
     emit = event_channel()
     from drill.grader import sandbox
-    from drill.grader.proxy import TIMED_OUT, Subject, SubmissionProxy
 
     sandbox.become_subreaper()
+    try:
+        return grade(job, emit)
+    finally:
+        # Whatever ended the grading (an exception of any kind, even one raised while a reply
+        # was decoded), nothing the subject started outlives it.
+        sandbox.end_tree()
+        sandbox.MemoryGroup.sweep(os.getpid())
+
+
+def grade(job: dict, emit) -> int:
+    from drill.grader import sandbox
+    from drill.grader.proxy import TIMED_OUT, Subject, SubmissionProxy
+
     subject = Subject(
         Path(job["user_file"]), job["functions"], scratch_root=Path(job["scratch"]),
         hidden=[Path(p) for p in job["hidden"]], memory_mb=job["memory_mb"],
@@ -48,7 +60,8 @@ def main() -> int:
         os._exit(3)
 
     signal.signal(signal.SIGTERM, stop)
-    emit(event="start", sandbox=sandbox.level())
+    found = sandbox.layers()
+    emit(event="start", sandbox=sandbox.level(found), layers=found)
     subject.start(wait=False)
 
     import pytest  # while the subject imports numpy and the user's file
