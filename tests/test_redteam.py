@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -43,11 +45,79 @@ def _survivors() -> list[int]:
     return found
 
 
-def _attack(template: Path, ex: catalog.Exercise, workspace: Path) -> Path:
+class Listener:
+    """A local server outside the sandbox (a stand-in for a terminal multiplexer or a daemon):
+    it records every connection or datagram that reaches it."""
+
+    def __init__(self, tmp: Path):
+        self.reached: list[str] = []
+        self.path = str(tmp / "outside.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.path)
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.bind(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        for server in (self.unix, self.tcp):
+            server.listen(8)
+            threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        threading.Thread(target=self._datagrams, daemon=True).start()
+
+    def _accept(self, server):
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            self.reached.append(f"a connection to {server.getsockname()}")
+            conn.close()
+
+    def _datagrams(self):
+        while True:
+            try:
+                self.udp.recv(1024)
+            except OSError:
+                return
+            self.reached.append("a datagram")
+
+    def close(self):
+        for s in (self.unix, self.tcp, self.udp):
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def listener(tmp_path_factory):
+    server = Listener(tmp_path_factory.mktemp("outside"))
+    yield server
+    server.close()
+
+
+SYSV_KEY = 0x6472696C  # the key shm_channel.py asks for
+
+
+def _machine_traces() -> dict:
+    """What an attack could leave on the machine outside files: its /dev/shm entries, its System V
+    segment, memory cgroups of a grading process that has ended (others may be grading meanwhile)."""
+    from drill.grader import sandbox
+
+    shm = sorted(n for n in os.listdir("/dev/shm") if n.startswith(MARKER)) if os.path.isdir("/dev/shm") else []
+    try:
+        sysv = [line.split()[0] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+                if int(line.split()[0]) == SYSV_KEY]
+    except (OSError, ValueError, IndexError):
+        sysv = []
+    groups = sorted(str(p) for root, *_ in sandbox.MemoryGroup.LAYOUTS for p in Path(root).glob("drill-*-*")
+                    if not Path(f"/proc/{p.name.split('-')[1]}").exists())
+    return {"/dev/shm": shm, "System V shared memory": sysv, "cgroups of ended graders": groups}
+
+
+def _attack(template: Path, ex: catalog.Exercise, workspace: Path, listener: Listener | None = None) -> Path:
     text = template.read_text(encoding="utf-8")
     fill = {"{{ID}}": ex.id, "{{FUNCTIONS}}": repr(list(ex.functions)), "{{DB}}": str(paths.database()),
             "{{CHECKS}}": str(ex.checks_path), "{{SOLUTION}}": str(ex.solution_path),
-            "{{WORKSPACE}}": str(workspace), "{{MARKER}}": MARKER}
+            "{{WORKSPACE}}": str(workspace), "{{MARKER}}": MARKER,
+            "{{SOCKET}}": listener.path if listener else "/nonexistent", "{{PORT}}": str(listener.port if listener else 9)}
     for key, value in fill.items():
         text = text.replace(key, value)
     target = workspace / ex.file
@@ -55,7 +125,7 @@ def _attack(template: Path, ex: catalog.Exercise, workspace: Path) -> Path:
     return target
 
 
-def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path):
+def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path, listener: Listener | None = None):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     sentinel = workspace / "notes.txt"
@@ -66,11 +136,17 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path):
     before_db, before_checks = _digest(database), _digest(ex.checks_path)
     cache = ex.checks_path.parent / "__pycache__"
     cached_before = set(os.listdir(cache)) if cache.exists() else set()
+    traces_before = _machine_traces()
+    reached_before = len(listener.reached) if listener else 0
 
-    result = grade(ex, _attack(template, ex, workspace), timeout=QUICK_TIMEOUT if ex.needs == "cpu" else TORCH_TIMEOUT)
+    result = grade(ex, _attack(template, ex, workspace, listener),
+                   timeout=QUICK_TIMEOUT if ex.needs == "cpu" else TORCH_TIMEOUT)
 
     assert result.status in ("fail", "error"), f"{template.name} as {ex.id} passed: {result.message}"
     assert not _survivors(), f"{template.name}: a process of the submission outlived grading"
+    assert _machine_traces() == traces_before, f"{template.name} left something on the machine"
+    if listener:
+        assert listener.reached[reached_before:] == [], f"{template.name} reached a server outside the sandbox"
     assert _digest(database) == before_db, f"{template.name} changed the progress database"
     with sqlite3.connect(database) as conn:
         assert conn.execute("SELECT status FROM attempts").fetchall() == [("fail",)]
@@ -84,21 +160,21 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path):
 
 @pytest.mark.parametrize("ex", NUMPY_EXERCISES, ids=lambda ex: ex.id)
 @pytest.mark.parametrize("template", GENERIC, ids=lambda p: p.stem)
-def test_generic_attack_never_passes(template, ex, tmp_path):
-    _graded_without_trace(template, ex, tmp_path)
+def test_generic_attack_never_passes(template, ex, tmp_path, listener):
+    _graded_without_trace(template, ex, tmp_path, listener)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ex", TORCH_EXERCISES, ids=lambda ex: ex.id)
 @pytest.mark.parametrize("template", GENERIC, ids=lambda p: p.stem)
-def test_generic_attack_never_passes_torch_exercises(template, ex, tmp_path):
-    _graded_without_trace(template, ex, tmp_path)
+def test_generic_attack_never_passes_torch_exercises(template, ex, tmp_path, listener):
+    _graded_without_trace(template, ex, tmp_path, listener)
 
 
 @pytest.mark.parametrize("template", SPECIFIC, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_specific_attack_never_passes(template, tmp_path):
+def test_specific_attack_never_passes(template, tmp_path, listener):
     ex = catalog.load_topic("flashattention").get(template.parent.name)
-    result = _graded_without_trace(template, ex, tmp_path)
+    result = _graded_without_trace(template, ex, tmp_path, listener)
     if template.stem.startswith("memory_"):
         # Their values are exact: the memory check must catch them (the traffic checks may too).
         failed = [c.name for c in result.checks if c.status == "fail"]

@@ -166,8 +166,13 @@ class Subject:
         folder.mkdir(parents=True)
         return folder
 
-    def run_script(self, scratch: Path, script: str, args: list[str], limit_s: float) -> tuple[int | None, str]:
+    def run_script(self, scratch: Path, script: str, args: list[str], limit_s: float, *,
+                   sockets: bool = False) -> tuple[int | None, str]:
         """Run scratch/script under the subject's containment until it exits or `limit_s` passes.
+
+        sockets=True leaves socket() allowed, with a loopback in the script's own network
+        namespace: the script must shut in, before any user code runs, the processes it starts
+        (06's ranks apply the seccomp filter once gloo has connected).
 
         Returns (exit status, or None if it was stopped; the tail of what it printed). The
         whole tree is ended before this returns, so nothing it started can still write.
@@ -177,7 +182,7 @@ class Subject:
             run = sandbox.Contained.start(scratch / script, args, scratch=scratch, hidden=self.hidden,
                                           memory_mb=self.memory_mb, name=f"drill-{os.getpid()}-{scratch.name}",
                                           cap_address_space=self.cap_address_space, env=self.env, stdout=log,
-                                          output_limit=OUTPUT_LIMIT_BYTES, cuda=self.cuda)
+                                          output_limit=OUTPUT_LIMIT_BYTES, cuda=self.cuda, sockets=sockets)
             end = time.monotonic() + limit_s
             code = None
             try:

@@ -28,7 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from drill.grader import namespaces, seccomp
+try:
+    from drill.grader import namespaces, seccomp
+except (ImportError, OSError):  # the copy beside 06's ring harness, in the sandbox, where drill is hidden
+    import namespaces
+    import seccomp
 
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
 _PR_SET_NO_NEW_PRIVS = 38

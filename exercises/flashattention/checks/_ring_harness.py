@@ -12,12 +12,12 @@ from there (out_<case>_o.npy, out_<case>_lse.npy) to compare with its own refere
 This launcher imports torch once, then for every world size in WORK_DIR/plan.json forks W
 ranks. Each rank
   * loads its own shards, joins a gloo group on 127.0.0.1,
-  * shuts itself in further (a Landlock layer of its own): read and write only its own
-    folder, open no new TCP connection (the gloo mesh is already connected; Landlock
-    ABI 4+), no signals to other processes (ABI 6+); so it can neither read another
-    rank's shards nor write another rank's results, and where the kernel has ABI 4 it can
-    reach the other ranks only through the gloo group (pathname unix sockets are not
-    covered by Landlock),
+  * shuts down its connections to the c10d store (used only to connect the group), then
+    shuts itself in further: no new socket of any kind (a seccomp filter: the gloo mesh is
+    already connected), and a Landlock layer of its own: read and write only its own
+    folder, open no new TCP connection (ABI 4+), no signals to other processes (ABI 6+);
+    so it can neither read another rank's shards nor write another rank's results, and it
+    reaches the other ranks only through the gloo group,
   * wraps the torch.distributed functions so every collective and every send/recv is
     written down (advice for honest users: a rank can undo this, so it may fail a check
     but never passes one), imports the user's file, and
@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import sandbox  # the copy beside this script
+import seccomp  # the copy beside this script
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -160,6 +161,7 @@ def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cas
     except BaseException as exc:  # noqa: BLE001
         r.emit(event="init_error", **_describe(exc, ""))
         return
+    _cut_store(port)
     _shut_in(folder)
     r.wrap_distributed()
     user_file = os.path.join(folder, user_name)
@@ -220,8 +222,38 @@ def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cas
     r.emit(event="finished")
 
 
+def _cut_store(port: int) -> None:
+    """The c10d store (rank 0 serves it, every rank holds a connection to it) is needed only to
+    connect the group: shut its connections down, so no rank can pass data around the ring
+    through it. gloo's own connections to the other ranks stay."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            s = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue  # not a socket
+        try:
+            if s.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            ends = []
+            for where in (s.getsockname, s.getpeername):
+                try:
+                    ends.append(where()[1])
+                except OSError:
+                    pass
+            if port in ends:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        finally:
+            s.close()  # the duplicate only
+
+
 def _shut_in(folder: str) -> None:
-    """A Landlock layer of this rank's own: its folder only, no new TCP connection, no signals out."""
+    """This rank's own layers: no new socket (seccomp), and with Landlock its folder only, no new
+    TCP connection, no signals out."""
+    if seccomp.available():
+        seccomp.deny_new_sockets()
     if sandbox.landlock_abi() < 1:
         return  # the grader reports "sandbox: partial"
     work = Path(folder).parent.parent  # the launcher's folder: other ranks' shards and results

@@ -216,7 +216,8 @@ def launch(subject, user_file: str) -> Runs:
     inputs = {w: make_inputs(w) for w in WORLDS}
     work = subject.script_scratch("ring")
     shutil.copyfile(HARNESS, work / HARNESS.name)
-    shutil.copyfile(Path(sandbox.__file__), work / "sandbox.py")
+    for module in ("sandbox", "seccomp", "namespaces"):
+        shutil.copyfile(Path(sandbox.__file__).with_name(f"{module}.py"), work / f"{module}.py")
     shutil.copyfile(Path(usertrace.__file__), work / "usertrace.py")
     source = Path(user_file).read_bytes()
     name = Path(user_file).name
@@ -233,7 +234,7 @@ def launch(subject, user_file: str) -> Runs:
     plan = {"worlds": list(WORLDS), "progress_limit_s": PROGRESS_LIMIT_S, "user_file": name,
             "cases": [{"name": c.name, "causal": c.causal} for c in CASES]}
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-    code, tail = subject.run_script(work, HARNESS.name, [str(work)], LAUNCH_LIMIT_S)
+    code, tail = subject.run_script(work, HARNESS.name, [str(work)], LAUNCH_LIMIT_S, sockets=True)
     error = ""
     if code is None:
         error = f"the ranks did not finish within {LAUNCH_LIMIT_S:g} s"
