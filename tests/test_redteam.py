@@ -220,3 +220,38 @@ def test_sandbox_imports_beside_a_hidden_folder_but_never_reads_it(tmp_path, mon
     proc = subprocess.run([sys.executable, "-s", "-B", "-c", code], capture_output=True, text=True, cwd=scratch,
                           preexec_fn=sandbox.preexec(0, 10**7, paths_), timeout=60)
     assert proc.stdout.split() == ["42", "denied"], proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_a_killed_worker_leaves_no_process_and_no_cgroup(attempt, tmp_path, monkeypatch):
+    """The worker killed at a random point (importing, mid-check, while sweeping): the PID
+    namespace (through the relay's PDEATHSIG) or the runner's cgroup sweep still ends the
+    subject and the helper it forked, and no cgroup stays behind."""
+    import random
+    import signal
+
+    from drill.grader import runner, sandbox
+
+    workers = []
+    real = runner.start_trusted
+
+    def start_and_kill_later(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        workers.append(proc.pid)
+        def kill():
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # grading had already ended
+
+        threading.Timer(random.uniform(0.05, 2.5), kill).start()
+        return proc
+
+    monkeypatch.setattr(runner, "start_trusted", start_and_kill_later)
+    ex = catalog.load_topic("flashattention").get("flash-forward")  # checks that run for a few seconds
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    grade(ex, _attack(REDTEAM / "generic" / "escape_setsid.py", ex, workspace), timeout=QUICK_TIMEOUT)
+    assert not _survivors(), "a process of the submission outlived its killed worker"
+    left = [p for root, *_ in sandbox.MemoryGroup.LAYOUTS for p in Path(root).glob(f"drill-{workers[0]}-*")]
+    assert not left, f"cgroups left behind: {left}"
