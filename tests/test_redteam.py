@@ -255,3 +255,49 @@ def test_a_killed_worker_leaves_no_process_and_no_cgroup(attempt, tmp_path, monk
     assert not _survivors(), "a process of the submission outlived its killed worker"
     left = [p for root, *_ in sandbox.MemoryGroup.LAYOUTS for p in Path(root).glob(f"drill-{workers[0]}-*")]
     assert not left, f"cgroups left behind: {left}"
+
+
+@pytest.mark.parametrize("attack", ["plant_symlinks", "rewrite_files", "shm_channel"])
+def test_scratch_and_drill_home_under_dev_shm_stay_out_of_reach(attack, tmp_path, monkeypatch, listener):
+    """TMPDIR and DRILL_HOME under /dev/shm (common on CI and HPC machines) once made the scratch
+    root and the progress database writable by the subject. Grading moves its scratch root out
+    of every tree the subject may reach, and /dev/shm is the subject's own private one."""
+    import shutil
+    import tempfile
+
+    from drill.grader import runner
+
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    shared = Path(tempfile.mkdtemp(prefix=f"{MARKER}-", dir="/dev/shm"))
+    try:
+        (shared / "tmp").mkdir()
+        monkeypatch.setenv("TMPDIR", str(shared / "tmp"))
+        monkeypatch.setenv("DRILL_HOME", str(shared / "home"))
+        monkeypatch.setattr(tempfile, "tempdir", None)
+        seen = []
+        real = runner.place_copy
+        monkeypatch.setattr(runner, "place_copy", lambda *a: seen.append(a[2]) or real(*a))
+        ex = catalog.load_topic("flashattention").get("lse-merge")
+        _graded_without_trace(REDTEAM / "generic" / f"{attack}.py", ex, tmp_path, listener)
+        assert seen and not str(seen[0]).startswith("/dev/"), f"graded in {seen[0]}"
+        assert not any((shared / "tmp").iterdir()), "something was written in the shared TMPDIR"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_hidden_path_inside_the_scratch_folder_is_refused(tmp_path):
+    from drill.grader import sandbox
+
+    with pytest.raises(sandbox.SandboxRefused, match="inside the subject's scratch folder"):
+        sandbox.Policy(tmp_path, [tmp_path / "drill-home"])
+
+
+def test_no_scratch_folder_inside_the_subjects_reach():
+    import sys
+
+    from drill.grader import sandbox
+
+    assert sandbox.scratch_parent([sys.prefix, "/dev/shm", "/tmp"]) == str(Path("/tmp").resolve())
+    with pytest.raises(sandbox.SandboxRefused, match="TMPDIR"):
+        sandbox.scratch_parent([sys.prefix, "/dev/shm"])

@@ -93,7 +93,11 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         source = userfile.read_bytes(user_file)
     except userfile.UnreadableFile as exc:
         return GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error", message=str(exc))
-    with tempfile.TemporaryDirectory(prefix="drill-grade-", ignore_cleanup_errors=True) as tmp:
+    try:
+        parent = sandbox.scratch_parent([tempfile.gettempdir(), "/tmp", "/var/tmp", pycache_dir().parent])
+    except sandbox.SandboxRefused as exc:
+        return GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error", message=str(exc))
+    with tempfile.TemporaryDirectory(prefix="drill-grade-", dir=parent, ignore_cleanup_errors=True) as tmp:
         # The worker and the subject see only this copy, taken once: the learner's file can
         # change (or vanish) while it is graded without changing what is graded.
         copy = place_copy(source, user_file.name, Path(tmp) / "submission")

@@ -109,18 +109,46 @@ def _handled(abi: int) -> int:
     return rights
 
 
+class SandboxRefused(Exception):
+    """The sandbox cannot be set up as it must be here; the message says why, in one line."""
+
+
+def read_roots() -> list[str]:
+    """Every tree the subject may read: system folders, the interpreter and its import path."""
+    roots = set(SYSTEM_READ)
+    for entry in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                  *sys.path]:
+        if entry and os.path.isdir(entry):
+            roots.add(os.path.realpath(entry))
+    return sorted(r for r in roots if os.path.exists(r))
+
+
+def scratch_parent(candidates: list[str]) -> str:
+    """The first candidate folder outside every tree a subject may read or write: the scratch root
+    holds what the trusted side writes (worker files, other subjects' folders), which a subject
+    must neither read nor plant links in. Raises SandboxRefused if none is."""
+    reach = [Path(r) for r in read_roots()] + [Path(d) for d in (*DEVICES, PRIVATE_SHM, "/dev")]
+    for candidate in candidates:
+        try:
+            path = Path(candidate).resolve()
+        except OSError:
+            continue
+        if path.is_dir() and not any(path == r or r in path.parents for r in reach):
+            return str(path)
+    raise SandboxRefused(f"no folder for grading outside what the graded code may read (tried {', '.join(candidates)}); "
+                         "set TMPDIR to a folder outside the Python installation, /dev and the system folders")
+
+
 class Policy:
     """What the subject may touch: read-only roots, with some paths carved out, and writable roots."""
 
     def __init__(self, scratch: Path, hidden: list[Path]):
         self.scratch = scratch.resolve()
         self.hidden = [p.resolve() for p in hidden] + [Path(p) for p in root_only_files()]
-        roots = set(SYSTEM_READ)
-        for entry in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                      *sys.path]:
-            if entry and os.path.isdir(entry):
-                roots.add(os.path.realpath(entry))
-        self.read_roots = sorted(r for r in roots if os.path.exists(r))
+        inside = [h for h in self.hidden if h == self.scratch or self.scratch in h.parents]
+        if inside:  # never a silent grant: the caller chose a scratch folder around a hidden path
+            raise SandboxRefused(f"{inside[0]} lies inside the subject's scratch folder {self.scratch}")
+        self.read_roots = read_roots()
 
     def paths(self) -> tuple[list[str], list[str]]:
         """(read, list-only): the read roots, each expanded around the hidden paths it contains, and
