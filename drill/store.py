@@ -73,6 +73,17 @@ class StoreError(DrillError):
     """The progress database cannot be opened or written (reported in one line by the CLI)."""
 
 
+def _refuse_unknown_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """A database of a schema this drill does not know (a newer drill wrote it) is left untouched."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+        return
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if row is not None and row[0] not in {str(v) for v in range(1, SCHEMA_VERSION + 1)}:
+        raise StoreError(f"the progress database {paths.shown(path)} has schema version {str(row[0])[:20]!r}, which "
+                         f"this drill (schema {SCHEMA_VERSION}) does not know: upgrade drill, or set DRILL_HOME "
+                         "to another folder")
+
+
 def _lock_wait_setting() -> float:
     try:
         return max(0.0, float(os.environ.get("DRILL_LOCK_WAIT", LOCK_WAIT_S)))
@@ -193,6 +204,7 @@ class Store:
             conn.row_factory = sqlite3.Row
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise sqlite3.DatabaseError("integrity check failed")
+            _refuse_unknown_schema(conn, self.path)
             with conn:
                 conn.executescript(SCHEMA)
                 conn.execute(

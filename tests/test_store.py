@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import pytest
 
 from drill.store import Store
 
@@ -288,3 +289,20 @@ def test_an_old_database_loses_its_always_zero_cram_column_but_no_review(drill_h
     assert rows == [("c", 3)]
     if sqlite3.sqlite_version_info >= (3, 35):
         assert "cram" not in columns
+
+
+def test_an_unknown_schema_version_is_refused_and_left_untouched(tmp_path, monkeypatch):
+    import sqlite3
+
+    from drill import paths
+    from drill.store import Store, StoreError
+
+    monkeypatch.setenv("DRILL_HOME", str(tmp_path))
+    with Store() as store:
+        store.record_attempt("flashattention/online-softmax", "pass", "a.py", 1.0, {"status": "pass"})
+    with sqlite3.connect(paths.database()) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    before = paths.database().read_bytes()
+    with pytest.raises(StoreError, match="schema version '99'"):
+        Store().__enter__()
+    assert paths.database().read_bytes() == before
