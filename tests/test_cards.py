@@ -109,6 +109,7 @@ DERIVED = {
     "sliding-window-blocks": _window_blocks(5120, 128, 1024),
     "fused-intensity-no-l2": _flash_intensity(16384, 128, 128, 2),
     "ring-min-block-size": 312e12 / 300e9,
+    "mla-kv-cache-bytes": None,  # filled below from DeepSeek-V3's configuration
 }
 # Figures quoted from the papers or spec sheets (nothing to derive).
 QUOTED = {"fig2-gflops-after": 75.2, "sram-per-sm": 228}
@@ -434,3 +435,109 @@ def test_the_reviewed_cards_numbers():
     assert (2 * 2 + 2 * 4) / (2 * 2) == 3
     # ring-min-block-size: the InfiniBand case of Table 2 (24.5K) from c = F / B.
     assert round(312e12 / 12.5e9, -3) == 25000
+
+
+# --------------------------------------------------------------------------
+# MLA and masks: every number the new cards quote, computed here
+# --------------------------------------------------------------------------
+
+# DeepSeek-V3 §4.2: 61 layers, 128 heads of 128; MLA latent 512 and decoupled RoPE key 64.
+V3 = {"layers": 61, "heads": 128, "head_dim": 128, "d_c": 512, "d_rope": 64}
+
+
+def _cache_bytes(kind: str, dtype_bytes: int = 2, kv_heads: int = 8) -> int:
+    """KV-cache bytes per token over all layers, by DeepSeek-V2 Table 1's formulas."""
+    per_layer = {
+        "mha": 2 * V3["heads"] * V3["head_dim"],
+        "gqa": 2 * kv_heads * V3["head_dim"],
+        "mqa": 2 * V3["head_dim"],
+        "mla": V3["d_c"] + V3["d_rope"],
+    }[kind]
+    return per_layer * V3["layers"] * dtype_bytes
+
+
+DERIVED["mla-kv-cache-bytes"] = _cache_bytes("mla")
+
+
+def test_mla_cache_figures(deck):
+    text = mathtext.render({card.id: card for card in deck.cards}["mla-kv-cache-bytes"].a_en)
+    mha, gqa, mqa, mla = (_cache_bytes(k) for k in ("mha", "gqa", "mqa", "mla"))
+    assert (mha, gqa, mqa, mla) == (3_997_696, 249_856, 31_232, 70_272)
+    for figure in (f"{mla:,}", f"{mha:,}", f"{gqa:,}", f"{mqa:,}", f"{mla / 1024:.1f} KiB",
+                   f"{mha / 2**20:.1f} MiB", f"{gqa // 1024} KiB", f"{mqa / 1024:.1f} KiB",
+                   f"{mha / mla:.0f}×", f"{(V3['d_c'] + V3['d_rope']) / (2 * V3['head_dim']):.2f} groups",
+                   f"{mla * 131072 / 1e9:.1f} GB", f"{mha * 131072 / 1e9:.0f} GB"):
+        assert figure in text, figure
+    assert mqa < mla < gqa
+    # The absorbed shapes FlashMLA serves: a 576-wide key and a 512-wide value; 192 unabsorbed.
+    absorbed = {c.id: mathtext.render(c.a_en) for c in deck.cards}["mla-absorbed-projections"]
+    assert f"{V3['d_c'] + V3['d_rope']}-wide key" in absorbed and f"{V3['d_c']}-wide value" in absorbed
+    assert f"{V3['head_dim'] + V3['d_rope']}-wide one" in absorbed
+
+
+def _tile_kinds(q_doc, kv_doc, window, causal, br, bc):
+    """0 empty, 1 partial, 2 full per (query tile, key tile): exercise 14's block_kinds, by brute force."""
+    sq, sk = len(q_doc), len(kv_doc)
+
+    def visible(i, j):
+        shift = i + sk - sq
+        ok = q_doc[i] == kv_doc[j]
+        if causal or window is not None:
+            ok = ok and j <= shift
+        if window is not None:
+            ok = ok and shift - j < window
+        return ok
+
+    kinds = []
+    for r0 in range(0, sq, br):
+        row = []
+        for c0 in range(0, sk, bc):
+            seen = [visible(i, j) for i in range(r0, min(r0 + br, sq)) for j in range(c0, min(c0 + bc, sk))]
+            row.append(2 if all(seen) else 1 if any(seen) else 0)
+        kinds.append(row)
+    return kinds
+
+
+def test_mask_cards_tile_counts(deck):
+    by_id = {card.id: mathtext.render(card.a_en) for card in deck.cards}
+    # flex-block-mask: causal, s = 1024, 128-wide tiles.
+    causal = [k for row in _tile_kinds([0] * 1024, [0] * 1024, None, True, 128, 128) for k in row]
+    counts = (len(causal), causal.count(0), causal.count(1), causal.count(2))
+    assert counts == (64, 28, 8, 28)
+    assert "8 × 8 = 64 tiles: 28 empty, 8 partial (the diagonal) and 28 full" in by_id["flex-block-mask"]
+    # sliding-window-mask: w = 1024, 128-wide tiles, s = 8192, the query tile of rows 5120-5247
+    # (only that tile's rows are built: its row of kinds is the same as in the full grid).
+    rows = list(range(5120, 5248))
+    visible = [[0 < i - j + 1 <= 1024 and j <= i for j in range(8192)] for i in rows]
+    tiles = [[row[c:c + 128] for row in visible] for c in range(0, 8192, 128)]
+    kinds = [2 if all(map(all, t)) else 1 if any(map(any, t)) else 0 for t in tiles]
+    assert (len(kinds), kinds.count(1), kinds.count(2), kinds.count(0)) == (64, 2, 7, 55)
+    assert kinds.count(1) + kinds.count(2) == 1024 // 128 + 1 == DERIVED["sliding-window-blocks"]
+    text = by_id["sliding-window-mask"]
+    assert "visits 9 of the 64 key tiles: 2 partial, 7 full, 55 skipped" in text
+    assert f"about {32 * 4096 // 1000}k tokens" in text
+    # document-mask-packing: documents of 3, 5 and 2 tokens.
+    lens = [3, 5, 2]
+    docs = [d for d, n in enumerate(lens) for _ in range(n)]
+    pairs = sum(1 for a in docs for b in docs if a == b)
+    assert pairs == sum(n * n for n in lens) == 38 and sum(lens) ** 2 == 100
+    assert len(lens) * max(lens) == 15 and len(lens) * max(lens) ** 2 == 75
+    text = by_id["document-mask-packing"]
+    for figure in ("38 score pairs", "against 100", "15 token slots for 10", "75 pairs", "[0, 3, 8, 10]"):
+        assert figure in text, figure
+    # A small packed grid: tiles between documents are empty, and the mask is block-diagonal.
+    grid = _tile_kinds(docs, docs, None, True, 2, 2)
+    assert grid[4][0] == 0 and grid[0][0] == 1 and grid[3][2] == 2  # rows 8-9 vs keys 0-1; rows 6-7 vs 4-5
+
+
+def test_new_cards_for_mla_and_masks_exist_and_are_sourced(deck):
+    by_id = {card.id: card for card in deck.cards}
+    wanted = {
+        "mla-absorbed-projections": "DeepSeek-V2", "mla-kv-cache-bytes": "DeepSeek-V3",
+        "mla-decoupled-rope": "DeepSeek-V2", "flex-block-mask": "FlexAttention",
+        "document-mask-packing": "FlexAttention", "sliding-window-mask": "Mistral 7B",
+    }
+    for card_id, paper in wanted.items():
+        assert paper in by_id[card_id].source, card_id
+    assert "Longformer" in by_id["sliding-window-mask"].source
+    assert "c_KV" in by_id["mla-absorbed-projections"].a_en and "k_R" in by_id["mla-absorbed-projections"].a_en
