@@ -2,7 +2,8 @@
 
 Grading is offline and deliberately explainable: drill/keypoints.py decides whether the
 answer makes each key point (whole words after stemming, normalised formulas, Chinese
-phrases as substrings, in sentences rather than a keyword list).
+phrases as substrings, in sentences rather than a keyword list), each with the polarity the
+key point gives it, so a negated or contradicted claim earns nothing.
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ from drill.store import Store
 MAIN_TAG = "main"
 
 
-def negatable(point: KeyPoint) -> bool:
-    """A point that claims an absence ("nothing overflows", "never go to HBM") is made by
-    sentences full of negations, so a "not" before its words must not cancel them."""
-    words = set(point.en.casefold().replace(",", " ").replace(";", " ").split())
-    return not words & {"nothing", "never", "without"}
-
-
 def covers(point: KeyPoint, answer: str | keypoints.Analysis) -> bool:
-    return keypoints.matches(point.synonyms, answer, negatable(point))
+    """The answer makes the point: one of its synonyms, said the way the point says it
+    ("nothing overflows" for a point that claims an absence, "recomputes" not "does not recompute")."""
+    return keypoints.matches(point.synonyms, answer, point.en, point.zh)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import re
 import math
+from pathlib import Path
 
 import pytest
 
@@ -91,7 +93,7 @@ DERIVED = {
     "exp2-convert": 10 * math.log(2),
     "attention-flops-formula": 4 * 1 * 32 * 4096**2 * 128 / 1e9,
     "attention-tflops-rate": 4 * 1 * 32 * 4096**2 * 128 / 0.5e-3 / 1e12,
-    "h200-sdpa-fraction": 624 / 794 * 100,
+    "h200-sdpa-fraction": 611 / 989 * 100,  # BENCHMARKS.md cuDNN over the datasheet peak
     # Hopper, decoding, serving
     "fa3-exp-bottleneck": 989 / (3.9 * 4 * 128) * 100,
     "fa3-utilisation": 740 / 989 * 100,
@@ -107,6 +109,7 @@ DERIVED = {
     "sliding-window-blocks": _window_blocks(5120, 128, 1024),
     "fused-intensity-no-l2": _flash_intensity(16384, 128, 128, 2),
     "ring-min-block-size": 312e12 / 300e9,
+    "mla-kv-cache-bytes": None,  # filled below from DeepSeek-V3's configuration
 }
 # Figures quoted from the papers or spec sheets (nothing to derive).
 QUOTED = {"fig2-gflops-after": 75.2, "sram-per-sm": 228}
@@ -274,6 +277,267 @@ def test_deck_covers_the_2026_canon(deck):
         "Hadamard", "740", "75 %", "1.5–2.0×", "35 %", "989", "3.9 TFLOP/s", "327,680", "split", "LSE",
         "block table", "copy-on-write", "under 4 %", "60–80 %", "2–4×", "h ÷ (H/G)", "5 %", "Philox",
         "cu_seqlens", "window_size", "block-sparse", "registers", "255", "c ≥ F / B", "zigzag", "Striped",
-        "Ulysses", "all-to-all", "dK and dV buffers", "L2", "compute-bound", "624",
+        "Ulysses", "all-to-all", "dK and dV buffers", "L2", "compute-bound", "611",
     ]:
         assert probe in text, probe
+
+
+# --------------------------------------------------------------------------
+# Measured figures come from the table that holds them
+# --------------------------------------------------------------------------
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+# Figures a card may quote beside a measurement without BENCHMARKS.md holding them: the
+# datasheets (H100/H200 dense BF16 peak, HBM bandwidth) and the FlashAttention-3 paper.
+NOT_MEASURED_HERE = {"989", "4.8", "3.35", "740"}
+_QUOTED_SECTION = re.compile(r"measured: BENCHMARKS\.md '([^']+)'")
+_RATE = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*(?:TFLOP/s|TB/s)")
+
+
+def _benchmark_sections() -> dict[str, str]:
+    """Each heading of BENCHMARKS.md with the text under it, up to the next heading of its level or above."""
+    lines = BENCHMARKS.read_text(encoding="utf-8").splitlines()
+    heads = [(i, len(line) - len(line.lstrip("#")), line.lstrip("#").strip())
+             for i, line in enumerate(lines) if line.startswith("#")]
+    sections = {}
+    for n, (i, level, title) in enumerate(heads):
+        end = next((j for j, lv, _ in heads[n + 1:] if lv <= level), len(lines))
+        sections[title] = "\n".join(lines[i + 1:end])
+    return sections
+
+
+def _rates(text: str) -> set[str]:
+    found = set()
+    for match in _RATE.finditer(mathtext.render(text)):
+        found.update(g for g in match.groups() if g)
+    return found
+
+
+def test_measured_sources_name_a_section_that_holds_the_numbers(deck):
+    sections = _benchmark_sections()
+    measured = [card for card in deck.cards if "BENCHMARKS.md" in card.source]
+    assert len(measured) >= 3
+    for card in measured:
+        titles = _QUOTED_SECTION.findall(card.source)
+        assert titles, f"{card.id}: say which table of BENCHMARKS.md, in quotes"
+        bodies = []
+        for title in titles:
+            heading = [name for name in sections if name.startswith(title)]
+            assert len(heading) == 1, f"{card.id}: no single BENCHMARKS.md heading starts with {title!r}"
+            bodies.append(sections[heading[0]])
+        body = "\n".join(bodies)
+        for lang in ("en", "zh"):
+            text = card.question(lang) + " " + card.answer_text(lang)
+            for number in _rates(text) - NOT_MEASURED_HERE:
+                assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", body), \
+                    f"{card.id} ({lang}) quotes {number} but {titles} does not hold it"
+
+
+def test_no_card_quotes_the_unrecorded_matmul_ceiling(deck):
+    # 794 TFLOP/s (a bf16 matmul) and 624 (a cuDNN run) were never recorded in BENCHMARKS.md.
+    assert "794" not in BENCHMARKS.read_text(encoding="utf-8")
+    for card in deck.cards:
+        for text in _all_texts(card):
+            assert "794" not in text and "624" not in text, card.id
+
+
+# --------------------------------------------------------------------------
+# The content review's corrections, one probe each (en and zh where it applies)
+# --------------------------------------------------------------------------
+
+CORRECTIONS = {
+    # card: (must say, must not say), on the English answer
+    "fa3-intra-warpgroup-overlap": (["PV matmul of the previous block", "Algorithm 2"], ["matmul of block j+1"]),
+    "paged-prefix-sharing": (["partly filled last block of the prompt is shared", "Fig. 8", "only full blocks"],
+                             ["Only full pages are shared in practice"]),
+    "fully-masked-rows": (["FlashAttention-2's CUDA kernels store", "FlashAttention-3 and -4", "_safe_softmax"],
+                          ["FlashAttention's CUDA kernels store"]),
+    "where-s-p-o-live": (["MmaPV_is_RS", "shared memory"], ["Nothing of S or P is written even to shared memory"]),
+    "kv-l2-reuse": (["FlashAttention-2's", "FlashAttention-1 kept K and V outside"], ["794", "165"]),
+    "fused-intensity-no-l2": (["989/4.8 ≈ 206"], ["794"]),
+    "decode-bandwidth-bound": (["3.93–4.42 TB/s"], ["4.45"]),
+    "online-update-rule": (["FlashAttention-2's form", "block-local max"], []),
+    "fa3-tma-wgmma": (["two thirds", "mma.sync"], ["only with WGMMA can a kernel approach"]),
+    "fa2-changes": (["not a change", "both versions"], ["(6)"]),
+    "fa3-pingpong": (["620–640", "8192"], ["about 620"]),
+    "head-dim-256": (["FlashAttention-2", "512", "FlashMLA"], []),
+    "fa4-polynomial-exp": (["degree 3", "8.0", "FP8", "sm_103"], []),
+    "ring-backward": (["three times the bytes", "fp32"], []),
+    "ring-vs-ulysses": (["in proportion"], ["constant few tensors"]),
+    "hbm-vs-sram": (["256 KB", "228 KB"], []),
+    "memory-bound-roofline": (["150–200"], []),
+    "fig2-three-numbers": (["arXiv v2"], []),
+}
+SOURCE_CORRECTIONS = {
+    # card: (source must say, source must not say)
+    "ring-overlap-condition": (["Table 2"], ["Table 1"]),
+    "ring-min-block-size": (["Table 2"], ["Table 1"]),
+    "main-ring-lse-merge": (["FlashDecoding", "_update_out_and_lse"], []),
+    "ring-merge-formula": (["FlashDecoding", "_update_out_and_lse"], ["Ring Attention"]),
+    "ring-stable-lse": (["log-sum-exp identity"], ["_update_out_and_lse"]),
+    "ring-sigmoid-form": (["_update_out_and_lse"], []),
+    "online-update-rule": (["FlashAttention-2 (Dao 2023) §3.1.1 and Algorithm 1 lines 9–10 and 12–13"], []),
+    "main-explain-flashattention": (["FlashAttention-2 (Dao 2023) §3.1.1"], []),
+    "fa3-tma-wgmma": (["blog", "2402.13499"], []),
+    "fa4-polynomial-exp": (["2603.05451", "utils.py"], []),
+    "kv-l2-reuse": (["FlashAttention-2 (Dao 2023) §3.1, Algorithm 1"], ["FlashAttention (Dao et al. 2022) §3.2"]),
+    "fully-masked-rows": (["hopper/softmax.h", "flash_attn/cute/softmax.py"], []),
+    "where-s-p-o-live": (["tile_size.h"], []),
+    "fig2-hbm-ratio": (["2205.14135v2"], []),
+    "fig2-speedup": (["2205.14135v2"], []),
+    "fig2-three-numbers": (["2205.14135v2"], []),
+    "main-why-faster": (["2205.14135v2"], []),
+}
+CORRECTIONS_ZH = {
+    "fa3-intra-warpgroup-overlap": ["上一块的 PV 矩阵乘"],
+    "paged-prefix-sharing": ["没写满的最后一块也是共享的"],
+    "fully-masked-rows": ["FlashAttention-2 的 CUDA kernel", "FlashAttention-3 和 -4"],
+    "where-s-p-o-live": ["MmaPV_is_RS"],
+    "fa2-changes": ["不算改动"],
+    "fa3-pingpong": ["620–640"],
+    "ring-backward": ["三倍"],
+    "hbm-vs-sram": ["256 KB"],
+}
+
+
+def test_the_reviewed_cards_say_what_the_sources_say(deck):
+    by_id = {card.id: card for card in deck.cards}
+    for card_id, (say, never) in CORRECTIONS.items():
+        text = mathtext.render(by_id[card_id].a_en)
+        for phrase in say:
+            assert phrase in text, (card_id, phrase)
+        for phrase in never:
+            assert phrase not in text, (card_id, phrase)
+    for card_id, phrases in CORRECTIONS_ZH.items():
+        text = mathtext.render(by_id[card_id].a_zh)
+        for phrase in phrases:
+            assert phrase in text, (card_id, phrase)
+    for card_id, (say, never) in SOURCE_CORRECTIONS.items():
+        source = by_id[card_id].source
+        for phrase in say:
+            assert phrase in source, (card_id, phrase)
+        for phrase in never:
+            assert phrase not in source, (card_id, phrase)
+
+
+def test_the_reviewed_cards_numbers():
+    # kv-l2-reuse: a 128-row tile at 127 FLOP/byte would be held near 425 TFLOP/s by an H100's HBM.
+    intensity = _flash_intensity(16384, 128, 128, 2)
+    assert round(intensity) == 127
+    assert round(intensity * 3.35) == 425 < 740
+    # The datasheet ridge of an H200 (kv-l2-reuse, fused-intensity-no-l2, drill show io).
+    assert round(989 / 4.8) == 206
+    # memory-bound-roofline: A100 80 GB and 40 GB; H100 SXM.
+    assert (round(312 / 2.039), round(312 / 1.555), round(989 / 3.35)) == (153, 201, 295)
+    # h200-sdpa-fraction: the same table's Triton kernel on that shape.
+    assert round(535 / 989 * 100) == 54 and round(611 / 989 * 100) == 62
+    # ring-backward: forward sends bf16 K and V; backward also sends fp32 dK and dV.
+    assert (2 * 2 + 2 * 4) / (2 * 2) == 3
+    # ring-min-block-size: the InfiniBand case of Table 2 (24.5K) from c = F / B.
+    assert round(312e12 / 12.5e9, -3) == 25000
+
+
+# --------------------------------------------------------------------------
+# MLA and masks: every number the new cards quote, computed here
+# --------------------------------------------------------------------------
+
+# DeepSeek-V3 §4.2: 61 layers, 128 heads of 128; MLA latent 512 and decoupled RoPE key 64.
+V3 = {"layers": 61, "heads": 128, "head_dim": 128, "d_c": 512, "d_rope": 64}
+
+
+def _cache_bytes(kind: str, dtype_bytes: int = 2, kv_heads: int = 8) -> int:
+    """KV-cache bytes per token over all layers, by DeepSeek-V2 Table 1's formulas."""
+    per_layer = {
+        "mha": 2 * V3["heads"] * V3["head_dim"],
+        "gqa": 2 * kv_heads * V3["head_dim"],
+        "mqa": 2 * V3["head_dim"],
+        "mla": V3["d_c"] + V3["d_rope"],
+    }[kind]
+    return per_layer * V3["layers"] * dtype_bytes
+
+
+DERIVED["mla-kv-cache-bytes"] = _cache_bytes("mla")
+
+
+def test_mla_cache_figures(deck):
+    text = mathtext.render({card.id: card for card in deck.cards}["mla-kv-cache-bytes"].a_en)
+    mha, gqa, mqa, mla = (_cache_bytes(k) for k in ("mha", "gqa", "mqa", "mla"))
+    assert (mha, gqa, mqa, mla) == (3_997_696, 249_856, 31_232, 70_272)
+    for figure in (f"{mla:,}", f"{mha:,}", f"{gqa:,}", f"{mqa:,}", f"{mla / 1024:.1f} KiB",
+                   f"{mha / 2**20:.1f} MiB", f"{gqa // 1024} KiB", f"{mqa / 1024:.1f} KiB",
+                   f"{mha / mla:.0f}×", f"{(V3['d_c'] + V3['d_rope']) / (2 * V3['head_dim']):.2f} groups",
+                   f"{mla * 131072 / 1e9:.1f} GB", f"{mha * 131072 / 1e9:.0f} GB"):
+        assert figure in text, figure
+    assert mqa < mla < gqa
+    # The absorbed shapes FlashMLA serves: a 576-wide key and a 512-wide value; 192 unabsorbed.
+    absorbed = {c.id: mathtext.render(c.a_en) for c in deck.cards}["mla-absorbed-projections"]
+    assert f"{V3['d_c'] + V3['d_rope']}-wide key" in absorbed and f"{V3['d_c']}-wide value" in absorbed
+    assert f"{V3['head_dim'] + V3['d_rope']}-wide one" in absorbed
+
+
+def _tile_kinds(q_doc, kv_doc, window, causal, br, bc):
+    """0 empty, 1 partial, 2 full per (query tile, key tile): exercise 14's block_kinds, by brute force."""
+    sq, sk = len(q_doc), len(kv_doc)
+
+    def visible(i, j):
+        shift = i + sk - sq
+        ok = q_doc[i] == kv_doc[j]
+        if causal or window is not None:
+            ok = ok and j <= shift
+        if window is not None:
+            ok = ok and shift - j < window
+        return ok
+
+    kinds = []
+    for r0 in range(0, sq, br):
+        row = []
+        for c0 in range(0, sk, bc):
+            seen = [visible(i, j) for i in range(r0, min(r0 + br, sq)) for j in range(c0, min(c0 + bc, sk))]
+            row.append(2 if all(seen) else 1 if any(seen) else 0)
+        kinds.append(row)
+    return kinds
+
+
+def test_mask_cards_tile_counts(deck):
+    by_id = {card.id: mathtext.render(card.a_en) for card in deck.cards}
+    # flex-block-mask: causal, s = 1024, 128-wide tiles.
+    causal = [k for row in _tile_kinds([0] * 1024, [0] * 1024, None, True, 128, 128) for k in row]
+    counts = (len(causal), causal.count(0), causal.count(1), causal.count(2))
+    assert counts == (64, 28, 8, 28)
+    assert "8 × 8 = 64 tiles: 28 empty, 8 partial (the diagonal) and 28 full" in by_id["flex-block-mask"]
+    # sliding-window-mask: w = 1024, 128-wide tiles, s = 8192, the query tile of rows 5120-5247
+    # (only that tile's rows are built: its row of kinds is the same as in the full grid).
+    rows = list(range(5120, 5248))
+    visible = [[0 < i - j + 1 <= 1024 and j <= i for j in range(8192)] for i in rows]
+    tiles = [[row[c:c + 128] for row in visible] for c in range(0, 8192, 128)]
+    kinds = [2 if all(map(all, t)) else 1 if any(map(any, t)) else 0 for t in tiles]
+    assert (len(kinds), kinds.count(1), kinds.count(2), kinds.count(0)) == (64, 2, 7, 55)
+    assert kinds.count(1) + kinds.count(2) == 1024 // 128 + 1 == DERIVED["sliding-window-blocks"]
+    text = by_id["sliding-window-mask"]
+    assert "visits 9 of the 64 key tiles: 2 partial, 7 full, 55 skipped" in text
+    assert f"about {32 * 4096 // 1000}k tokens" in text
+    # document-mask-packing: documents of 3, 5 and 2 tokens.
+    lens = [3, 5, 2]
+    docs = [d for d, n in enumerate(lens) for _ in range(n)]
+    pairs = sum(1 for a in docs for b in docs if a == b)
+    assert pairs == sum(n * n for n in lens) == 38 and sum(lens) ** 2 == 100
+    assert len(lens) * max(lens) == 15 and len(lens) * max(lens) ** 2 == 75
+    text = by_id["document-mask-packing"]
+    for figure in ("38 score pairs", "against 100", "15 token slots for 10", "75 pairs", "[0, 3, 8, 10]"):
+        assert figure in text, figure
+    # A small packed grid: tiles between documents are empty, and the mask is block-diagonal.
+    grid = _tile_kinds(docs, docs, None, True, 2, 2)
+    assert grid[4][0] == 0 and grid[0][0] == 1 and grid[3][2] == 2  # rows 8-9 vs keys 0-1; rows 6-7 vs 4-5
+
+
+def test_new_cards_for_mla_and_masks_exist_and_are_sourced(deck):
+    by_id = {card.id: card for card in deck.cards}
+    wanted = {
+        "mla-absorbed-projections": "DeepSeek-V2", "mla-kv-cache-bytes": "DeepSeek-V3",
+        "mla-decoupled-rope": "DeepSeek-V2", "flex-block-mask": "FlexAttention",
+        "document-mask-packing": "FlexAttention", "sliding-window-mask": "Mistral 7B",
+    }
+    for card_id, paper in wanted.items():
+        assert paper in by_id[card_id].source, card_id
+    assert "Longformer" in by_id["sliding-window-mask"].source
+    assert "c_KV" in by_id["mla-absorbed-projections"].a_en and "k_R" in by_id["mla-absorbed-projections"].a_en

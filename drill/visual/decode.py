@@ -81,7 +81,8 @@ def validate_pages(seq_lens: list[int], page: int, shared: int) -> str:
     if not 1 <= page <= 256:
         return f"--page must be between 1 and 256 (got {page})"
     if shared < 0 or any(shared * page > n for n in seq_lens):
-        return f"--shared {shared}: every sequence must be at least {shared} full pages long"
+        return (f"--shared {shared}: every sequence must hold the shared prefix, {shared * page} tokens "
+                f"({shared} full page{'s' if shared != 1 else ''} of {page}); the shortest has {min(seq_lens)}")
     if sum(-(-n // page) for n in seq_lens) > 200:
         return "too many pages to draw (at most 200): use fewer or shorter sequences, or larger pages"
     return ""
@@ -143,8 +144,10 @@ def pages_summary(seq_lens: list[int], page: int, shared: int) -> Group:
                  f"{len(seq_lens) * max(seq_lens) - sum(seq_lens)} slots empty.")
     if shared:
         notes.append(f"\nSharing the prefix stores {shared * page * (len(seq_lens) - 1)} keys once "
-                     "instead of once per sequence; a sequence that writes into a shared page first "
-                     "copies it (copy-on-write).")
+                     "instead of once per sequence. The shared pages drawn here are full, so each sequence "
+                     "writes its new keys into pages of its own; PagedAttention also shares a partly filled "
+                     "last page, and a sequence that writes into a shared page first copies it "
+                     "(copy-on-write).")
     return Group(head, Text(""), table, Text(""), pool_line, Text(""), notes)
 
 
@@ -163,7 +166,7 @@ def show_splits(sk: int, num_splits: int) -> None:
 
 
 @click.command(name="pages")
-@click.option("--seq-lens", default="37,12,50", show_default=True, help="Comma-separated sequence lengths.")
+@click.option("--seq-lens", default="37,20,50", show_default=True, help="Comma-separated sequence lengths.")
 @click.option("--page", type=int, default=16, show_default=True, help="Tokens per page.")
 @click.option("--shared", type=int, default=0, show_default=True, help="Prefix pages shared by every sequence.")
 def show_pages(seq_lens: str, page: int, shared: int) -> None:

@@ -98,8 +98,13 @@ def summary(world: int, causal: bool, zigzag: bool) -> Group:
                   style="bold")
     notes = Text(style="grey50")
     notes.append(("Cells read 'shard:share'. " if compact else "")
-                 + "1 (full) = the whole shard × shard score block; 1/2 = only the triangle under the "
-                 "diagonal; skip (–) = entirely masked, nothing computed (the shard is still passed on).\n")
+                 + "A share is the part of the shard × shard score block computed: 1 (full) = all of it; "
+                 "skip (–) = entirely masked, nothing computed (the shard is still passed on).")
+    if causal:
+        notes.append(" Each shard is two chunks, so the block is four chunk × chunk quarters, each "
+                     "computed whole (key chunk earlier), as a triangle (the same chunk) or not at all. ")
+        notes.append(pieces_note(world, zigzag))
+    notes.append("\n")
     useful = sum(sum(f for _, f in plan[r]) for r in range(world))
     notes.append(f"Each step lasts as long as its busiest rank: {_num(sum(busiest))} block-times in all, "
                  f"for {_num(useful)} blocks of work spread over {world} rank{'s' if world > 1 else ''} "
@@ -108,6 +113,30 @@ def summary(world: int, causal: bool, zigzag: bool) -> Group:
         notes.append("\nContiguous shards leave early ranks idle and the last rank busy at every step; "
                      "--zigzag pairs an early chunk with a late one to even this out.")
     return Group(head, Text(""), table, Text(""), notes)
+
+
+def quarters(q_rank: int, kv_rank: int, world: int, zigzag: bool) -> tuple[int, int]:
+    """(whole quarters, triangles) that a causal step computes: query chunk a against key chunk b."""
+    pairs = [(a, b) for a in chunks(q_rank, world, zigzag) for b in chunks(kv_rank, world, zigzag)]
+    return sum(1 for a, b in pairs if b < a), sum(1 for a, b in pairs if b == a)
+
+
+def pieces_note(world: int, zigzag: bool) -> str:
+    """What a 1/2 is made of in this layout: the legend follows the schedule, not one picture."""
+    made_of = set()
+    for r in range(world):
+        for t in range(world):
+            kv = source(r, t, world)
+            if work(r, kv, world, True, zigzag) == Fraction(1, 2):
+                made_of.add(quarters(r, kv, world, zigzag))
+    words = {(1, 2): "one whole quarter and the two diagonal triangles",
+             (2, 0): "two whole quarters, a rectangle (one query chunk against both key chunks, "
+                     "or both query chunks against one)",
+             (0, 4): "four triangles", (1, 0): "one whole quarter"}
+    if not made_of:
+        return ""
+    return "Here 1/2 is " + "; or ".join(words.get(m, f"{m[0]} whole quarters and {m[1]} triangles")
+                                         for m in sorted(made_of, reverse=True)) + "."
 
 
 def _num(f: Fraction) -> str:

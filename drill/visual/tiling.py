@@ -406,8 +406,14 @@ def totals(t: Tiling, dtype_bytes: int = 2) -> Text:
     text = Text()
     text.append("FlashAttention-2 HBM traffic (elements):\n", style="accent")
     text.append(f"  Q read once            s·d        = {flash.q_read:,}\n")
-    label = "K, V visited blocks    ≤ 2·Tr·s·d" if t.causal else "K and V per row block  2·Tr·s·d  "
-    text.append(f"  {label} = {flash.kv_read:,}" + ("  (skipped blocks not read)" if t.causal else "") + "\n")
+    if t.causal:
+        # Each row block reads K and V only up to its last unmasked key block.
+        rows_read = flash.kv_read // (2 * d)
+        text.append(f"  K, V visited blocks    2·d·(K rows read, summed over row blocks) = 2·{d}·{rows_read:,} "
+                    f"= {flash.kv_read:,}  (skipped blocks not read; without the mask 2·Tr·s·d = "
+                    f"{2 * t.tr * t.s_k * d:,})\n")
+    else:
+        text.append(f"  K and V per row block  2·Tr·s·d   = {flash.kv_read:,}\n")
     text.append(f"  O written once         s·d        = {flash.o_written:,}\n")
     text.append(f"  L written once         s          = {flash.l_written:,}\n")
     text.append(f"  reads {flash.reads:,} + writes {flash.writes:,} = ")

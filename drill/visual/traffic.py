@@ -25,10 +25,11 @@ from drill.console import console
 from drill.errors import cannot
 from drill.visual import check_bytes
 
-# H200 figures from FLASHATTENTION-FACTS.md and BENCHMARKS.md, for the roofline remark.
-HBM_BYTES_PER_S = 4.8e12
-MATMUL_FLOPS_PER_S = 794e12  # measured bf16 matmul ceiling on one H200
-MEASURED_ATTENTION_FLOPS_PER_S = 624e12  # SDPA cuDNN, d = 128, 16k tokens, forward, same H200
+# H200 figures for the roofline remark: the datasheet's, and one measured in BENCHMARKS.md.
+HBM_BYTES_PER_S = 4.8e12  # datasheet HBM3e bandwidth
+PEAK_FLOPS_PER_S = 989e12  # datasheet dense BF16 Tensor Core peak (as the H100 SXM)
+MEASURED_ATTENTION_FLOPS_PER_S = 611e12  # SDPA cuDNN, d = 128, 16k tokens, no mask, forward
+MEASURED_IN = "BENCHMARKS.md 'Reference kernel vs SDPA (H200)'"
 L2_BYTES = 50e6  # H100 SXM and H200
 SMEM_BYTES = 228 * 1024  # shared memory per SM, H100/H200
 MAX_S = 1 << 22
@@ -174,7 +175,7 @@ def summary(s_max: int, d: int, br: int, bc: int, dtype_bytes: int, sram_how: st
                 f"{SMEM_BYTES // 1024} KiB per SM; S, P and the O accumulator live in registers\n")
     head.append("standard = 4·s·d + 4·s²   flash = 2·s·d + 2·Tr·s·d + s (Tr = ⌈s/Br⌉)   "
                 "flash, K/V from L2 = 4·s·d + s", style="grey50")
-    ridge = MATMUL_FLOPS_PER_S / HBM_BYTES_PER_S
+    ridge = PEAK_FLOPS_PER_S / HBM_BYTES_PER_S
     kv_bytes = 2 * last.s * d * dtype_bytes
     no_l2 = iocount.intensity(last.flops, last.flash, dtype_bytes)
     with_l2 = iocount.intensity(last.flops, last.flash_l2, dtype_bytes)
@@ -184,23 +185,27 @@ def summary(s_max: int, d: int, br: int, bc: int, dtype_bytes: int, sram_how: st
     notes.append(f"K/V re-reads: the loop streams all of K and V once per Q block, Tr = ⌈s/Br⌉ times "
                  f"({last.passes:,} at s = {last.s:,}); Bc only sets how many tiles a pass takes. Counted "
                  f"that way flash moves ≈ 2·s²·d/Br elements and the ratio to standard settles at "
-                 f"2·Br/d = {2 * br / d:.2f}×: the larger Br, the fewer passes. With FlashAttention-1's "
-                 "Br = M/(4d) this is the paper's Θ(s²d²/M).\n")
+                 f"2·Br/d = {2 * br / d:.2f}×: the larger Br, the fewer passes. The paper's Θ(s²d²/M) "
+                 "(Theorem 2) counts FlashAttention-1's order instead: K/V blocks outside, Q and O re-read "
+                 "once per K/V block, Tc = ⌈s/Bc⌉ ≈ 4sd/M times with Bc = ⌈M/(4d)⌉. In the Q-outside order "
+                 "its Br = min(⌈M/(4d)⌉, d) stops at d whenever M > 4d², and 2·s²·d/Br is then 2·s², "
+                 "not Θ(s²d²/M).\n")
     notes.append(f"On a modern GPU most of those passes never reach HBM: the thread blocks working on "
                  f"one head run at the same time and read the same K/V tiles, and one head's K and V "
                  f"({human_bytes(kv_bytes)} at s = {last.s:,}) "
                  f"{'fit' if kv_bytes <= L2_BYTES else 'do not fit'} in the {L2_BYTES / 1e6:.0f} MB L2 of "
                  "an H100/H200, so the re-reads mostly hit L2 and HBM sees K and V about once "
                  "(the 'K/V from L2' column).\n")
-    notes.append(f"Roofline (one H200: 794 TFLOP/s measured bf16 matmul over the 4.8 TB/s datasheet "
-                 f"bandwidth): the ridge is ≈ {ridge:.0f} FLOP per byte of HBM traffic. Standard attention "
+    notes.append(f"Roofline (one H200, datasheet figures: {PEAK_FLOPS_PER_S / 1e12:.0f} TFLOP/s dense BF16 "
+                 f"over {HBM_BYTES_PER_S / 1e12:.1f} TB/s): the ridge is ≈ {ridge:.0f} FLOP per byte of HBM traffic. Standard attention "
                  f"sits far below it (memory-bound; even its QKᵀ alone does only ≈ d FLOP/byte). At "
                  f"s = {last.s:,} FlashAttention-2 does {no_l2:.0f} FLOP/byte if every pass came from HBM "
                  f"({'above' if no_l2 >= ridge else 'below'} the ridge) and {with_l2:.0f} with K/V reuse in L2: "
                  "far above it, so a fused kernel on an H100/H200 is compute-bound, limited by the "
-                 "Tensor Cores and the exponentials, not by HBM. Measured on the same H200: SDPA's cuDNN "
-                 f"kernel at {MEASURED_ATTENTION_FLOPS_PER_S / 1e12:.0f} of "
-                 f"{MATMUL_FLOPS_PER_S / 1e12:.0f} TFLOP/s (BENCHMARKS.md). Cutting bytes is what moved "
+                 "Tensor Cores and the exponentials, not by HBM. Measured on an H200: SDPA's cuDNN "
+                 f"forward at {MEASURED_ATTENTION_FLOPS_PER_S / 1e12:.0f} TFLOP/s (d = 128, 16k tokens), "
+                 f"{MEASURED_ATTENTION_FLOPS_PER_S / PEAK_FLOPS_PER_S:.0%} of that peak ({MEASURED_IN}). "
+                 "Cutting bytes is what moved "
                  "attention from the bandwidth roof to the compute roof.")
     return Group(head, Text(""), traffic_table(table_rows), Text(""),
                  compute_table(table_rows, dtype_bytes), Text(""), notes)
