@@ -147,7 +147,7 @@ def init_value(node: ast.AST, ctx: Context) -> Proposal:
     if _is_minus_inf(node) and not isinstance(ctx.parents[node][0], ast.Compare):  # a test, not a start
         yield ast.Constant(0.0), "starts from 0 instead of -inf"
     elif isinstance(node, ast.Assign) and _is_zero(node.value):
-        yield ast.Assign(node.targets, ctx.minus_inf()), "starts from -inf instead of 0"
+        yield ast.copy_location(ast.Assign(node.targets, ctx.minus_inf()), node), "starts from -inf instead of 0"
     elif isinstance(node, ast.Call) and _name(node.func) in ("zeros", "zeros_like") and len(node.args) == 1 \
             and isinstance(node.func, ast.Attribute):
         func = ast.Attribute(node.func.value, "full" if node.func.attr == "zeros" else "full_like", ast.Load())
