@@ -69,8 +69,6 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
         except (UnicodeDecodeError, SyntaxError, ValueError) as exc:
             cannot(f"{shown(path.name)} cannot be parsed ({exc}); fix it and pass drill check first")
         chosen = mutate.spread(found, limit if limit is not None else (None if as_json else QUESTIONS))
-        if not chosen:
-            cannot(f"no line of {shown(path.name)} has a change drill knows how to make")
         key = whatif.file_key(raw, ex)
         cached = store.mutant_outcomes(key)
         grading = whatif.Grading(ex, chosen, cached, timeout or whatif.MUTANT_TIMEOUT_S, jobs or whatif.JOBS)
@@ -79,6 +77,8 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
             if baseline.status != "survives":
                 cannot(f"{shown(path.name)} does not pass its checks yet (it {baseline.label()}); what-if questions "
                        f"start from a passing file: drill check {shown(path.name)}")
+            if not chosen:
+                cannot(f"no line of {shown(path.name)} has a change drill knows how to make")
             run = Run(store, key, ex.key, grading)
             if as_json:
                 _print_json(run, ex, path, chosen)
