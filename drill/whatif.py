@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from drill.catalog import Exercise
+from drill.errors import DrillError
 from drill.grader.result import GradeResult
 from drill.mutate import Mutant
 
@@ -144,7 +145,10 @@ class Grading:
 
     def outcome(self, mutant_id: str, wait: float | None = None) -> Outcome:
         if mutant_id not in self.ready:
-            self.ready[mutant_id] = self._futures[mutant_id].result(wait)
+            try:
+                self.ready[mutant_id] = self._futures[mutant_id].result(wait)
+            except OSError as exc:  # the grader could not start: no outcome to ask about
+                raise DrillError(f"grading a mutant failed: {exc}") from None
             self.fresh.append(mutant_id)
         return self.ready[mutant_id]
 

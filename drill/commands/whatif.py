@@ -123,7 +123,8 @@ class Run:
             _wait_with_bar(self.grading, mutant_id, screen)
         fresh = mutant_id not in self.grading.ready
         outcome = self.grading.outcome(mutant_id)
-        if fresh:
+        # "error" (it did not load, or the grader failed) is not kept: it may not be the mutant's doing.
+        if fresh and outcome.status != "error":
             self.store.save_mutant_outcome(self.key, mutant_id, self.exercise, outcome.to_json())
         return outcome
 
