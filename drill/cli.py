@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("drill.commands.status", "Show progress on every exercise and the next step."),
     "list": ("drill.commands.list", "Every exercise at a glance: state and checks passed."),
     "reset": ("drill.commands.reset", "Put an exercise's stub back (your file is kept as a backup)."),
+    "whatif": ("drill.commands.whatif", "What if this line of your passing file changed? Predict, then see."),
     "quiz": ("drill.commands.quiz", "Review follow-up question cards (spaced repetition)."),
     "mock": ("drill.commands.mock", "A timed mock interview question."),
     "export": ("drill.commands.export", "Export the follow-up cards (drill export anki FILE.apkg)."),

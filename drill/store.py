@@ -23,7 +23,7 @@ from pathlib import Path
 from drill import paths
 from drill.errors import DrillError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: mutant_outcomes
 # How long a command waits for another process to let go of the file (DRILL_LOCK_WAIT overrides).
 LOCK_WAIT_S = 15.0
 FIRST_WAIT_S = 2.0  # a short wait first, then one message, then the rest
@@ -54,6 +54,13 @@ CREATE TABLE IF NOT EXISTS mocks (
     topic TEXT NOT NULL, question TEXT NOT NULL, at TEXT NOT NULL,
     seconds REAL NOT NULL, answer TEXT NOT NULL, covered_json TEXT NOT NULL,
     score REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS mutant_outcomes (
+    file_key TEXT NOT NULL,          -- hash of the graded file and of its exercise's checks
+    mutant_id TEXT NOT NULL,
+    exercise TEXT NOT NULL,
+    at TEXT NOT NULL,
+    outcome_json TEXT NOT NULL,
+    PRIMARY KEY (file_key, mutant_id));
 """
 
 
@@ -207,9 +214,12 @@ class Store:
             _refuse_unknown_schema(conn, self.path)
             with conn:
                 conn.executescript(SCHEMA)
+                # Tables are only ever added, so an older file is brought up to this version by
+                # the script above; a newer one (a later drill) keeps its number.
                 conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-                )
+                    "INSERT INTO meta (key, value) VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE "
+                    "SET value = excluded.value WHERE CAST(meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                    (str(SCHEMA_VERSION),))
                 _drop_cram_column(conn)
         except BaseException:
             conn.close()
@@ -322,6 +332,20 @@ class Store:
         rows = self.conn.execute(
             "SELECT question, MAX(id) AS last FROM mocks WHERE topic = ? GROUP BY question", (topic,))
         return {row["question"]: row["last"] for row in rows}
+
+    # -- what-if mutants: graded outcomes, cached (drill/whatif.py reads and writes the JSON) ------
+    def mutant_outcomes(self, file_key: str) -> dict[str, dict]:
+        rows = self.conn.execute(
+            "SELECT mutant_id, outcome_json FROM mutant_outcomes WHERE file_key = ?", (file_key,))
+        return {row["mutant_id"]: json.loads(row["outcome_json"]) for row in rows}
+
+    def save_mutant_outcome(self, file_key: str, mutant_id: str, exercise: str, outcome: dict) -> None:
+        with self._writing():
+            self.conn.execute(
+                "INSERT INTO mutant_outcomes (file_key, mutant_id, exercise, at, outcome_json) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (file_key, mutant_id) DO UPDATE "
+                "SET at = excluded.at, outcome_json = excluded.outcome_json",
+                (file_key, mutant_id, exercise, now_iso(), json.dumps(outcome)))
 
     # -- hints ---------------------------------------------------------------
     def hints_revealed(self, exercise: str) -> int:

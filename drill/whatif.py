@@ -1,0 +1,200 @@
+"""What-if follow-ups: grade mutants of a passing file and turn each outcome into a question.
+
+Every mutant goes through the same trusted grader and sandbox as `drill check`
+(drill.grader.runner.grade), a few at once on worker threads: each grade is its own
+processes, so the threads only wait. Outcomes are cached in the store by the file's
+key (a hash of the file and of its exercise's checks) and the mutant's id, so a second
+session on an unchanged file grades nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from drill.catalog import Exercise
+from drill.errors import DrillError
+from drill.grader.result import GradeResult
+from drill.mutate import Mutant
+
+ORIGINAL = "original"  # the cache entry of the unmutated file
+MUTANT_TIMEOUT_S = 10.0  # a passing NumPy file grades in 1-2 s; a mutant that loops is stopped early
+JOBS = 2
+SHOWN_DIAGNOSES = 3
+
+# Which card explains the concept each operator breaks, most specific first.
+CARDS = {
+    "drop-factor": ("online-why-rescale", "online-update-rule"),
+    "exp-base": ("exp2-convert", "exp2-trick"),
+    "shift-comparison": ("causal-alignment", "fully-masked-rows"),
+    "init-value": ("fully-masked-rows", "online-update-rule"),
+    "drop-scale": ("main-explain-flashattention", "online-update-rule"),
+    "reduction-axis": ("online-update-rule", "tile-shapes"),
+    "block-bound": ("ragged-last-block", "num-blocks-ragged"),
+    "delete-statement": ("online-update-rule", "online-why-rescale"),
+    "swap-operands": ("ring-stable-lse", "online-update-rule"),
+}
+
+
+@dataclass
+class Outcome:
+    """What grading one mutant did."""
+
+    status: str  # survives | fails | raises | timeout | error
+    failed: list[str] = field(default_factory=list)  # names of the checks that failed
+    diagnoses: list[str] = field(default_factory=list)  # their messages, in the same order (first few)
+    message: str = ""
+    seconds: float = 0.0
+    checks: list[str] = field(default_factory=list)  # every check that was graded, by name
+
+    @property
+    def killed(self) -> bool:
+        return self.status != "survives"
+
+    def label(self, total: int = 0) -> str:
+        """The outcome as one multiple-choice answer (`total`: how many checks there are); two
+        outcomes with one label are the same answer."""
+        if self.status == "survives":
+            return "every check still passes"
+        if self.status == "timeout":
+            return "runs past the time limit (an endless loop?)"
+        if self.status == "error":
+            return "cannot even be graded (it does not import)"
+        if self.status == "raises":
+            return f"raises {self.message} in {_count(len(self.failed))}"
+        if len(self.failed) == 1:
+            return f"fails only «{self.failed[0]}»"
+        if len(self.failed) == 2:
+            return f"fails «{self.failed[0]}» and «{self.failed[1]}»"
+        of = f" of {total}" if total else ""
+        return f"fails {len(self.failed)}{of} checks, the first «{self.failed[0]}»"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Outcome":
+        return cls(**{k: doc[k] for k in ("status", "failed", "diagnoses", "message", "seconds", "checks")
+                      if k in doc})
+
+
+def _count(n: int) -> str:
+    return "every check" if n == 0 else f"{n} check" + ("s" if n != 1 else "")
+
+
+def outcome_of(result: GradeResult) -> Outcome:
+    if result.status == "pass":
+        return Outcome("survives", seconds=result.seconds, checks=[c.name for c in result.checks])
+    if result.status == "error":
+        status = "timeout" if result.message.startswith("timed out") else "error"
+        return Outcome(status, message=result.message, seconds=result.seconds)
+    failed = [c for c in result.checks if c.status == "fail"]
+    names = [c.name for c in failed]
+    diagnoses = [c.message for c in failed[:SHOWN_DIAGNOSES]]
+    if "timed out" in result.message:  # a check hung; the grader stopped it and the rest
+        return Outcome("timeout", names, diagnoses, result.message, result.seconds)
+    raised = [re.match(r"your code raised (\w+)", c.message) for c in failed]
+    if failed and all(raised):
+        kinds = sorted({m.group(1) for m in raised})
+        return Outcome("raises", names, diagnoses, " or ".join(kinds), result.seconds)
+    return Outcome("fails", names, diagnoses, result.message, result.seconds)
+
+
+def file_key(source: bytes, exercise: Exercise) -> str:
+    """The cache key of a file: its bytes and the checks that grade it (new checks, new outcomes)."""
+    digest = hashlib.sha256(source)
+    digest.update(b"\0" + exercise.checks_path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def grade_source(exercise: Exercise, source: str, timeout: float) -> Outcome:
+    """Grade one version of the file in the sandbox (it is written to a private folder first)."""
+    from drill.grader.runner import grade
+
+    with tempfile.TemporaryDirectory(prefix="drill-whatif-") as folder:
+        path = Path(folder) / exercise.file
+        path.write_text(source, encoding="utf-8")
+        return outcome_of(grade(exercise, path, timeout))
+
+
+class Grading:
+    """Mutants graded in the background, several at once; cached outcomes are ready at once.
+
+    Results are written to the store by the caller's thread (`outcome`), as SQLite wants.
+    """
+
+    def __init__(self, exercise: Exercise, mutants: list[Mutant], cached: dict[str, dict],
+                 timeout: float = MUTANT_TIMEOUT_S, jobs: int = JOBS):
+        self.ready: dict[str, Outcome] = {m.id: Outcome.from_json(cached[m.id]) for m in mutants if m.id in cached}
+        self.fresh: list[str] = []  # graded in this session, to be saved
+        self.total = len(mutants)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="drill-whatif")
+        self._futures: dict[str, Future] = {
+            m.id: self._pool.submit(grade_source, exercise, m.source, timeout) for m in mutants if m.id not in self.ready}
+
+    def done(self) -> int:
+        return len(self.ready) + sum(1 for mid, f in self._futures.items() if f.done() and mid not in self.ready)
+
+    def is_ready(self, mutant_id: str) -> bool:
+        return mutant_id in self.ready or self._futures[mutant_id].done()
+
+    def outcome(self, mutant_id: str, wait: float | None = None) -> Outcome:
+        if mutant_id not in self.ready:
+            try:
+                self.ready[mutant_id] = self._futures[mutant_id].result(wait)
+            except OSError as exc:  # the grader could not start: no outcome to ask about
+                raise DrillError(f"grading a mutant failed: {exc}") from None
+            self.fresh.append(mutant_id)
+        return self.ready[mutant_id]
+
+    def close(self) -> None:
+        # Grades already running finish (each within its timeout); queued ones never start.
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- questions ------------------------------------------------------------------
+
+@dataclass
+class Question:
+    mutant: Mutant
+    outcome: Outcome
+    choices: list[str]
+    correct: int
+
+
+def question(mutant: Mutant, outcome: Outcome, others: list[Outcome], checks: list[str],
+             size: int = 4) -> Question:
+    """Multiple choice: the real outcome and distractors from other mutants' outcomes and other checks.
+
+    `checks` are the names of every check the file passed, so a distractor can always name one.
+    The order is fixed by the mutant's id, so a question reads the same every time.
+    """
+    rng = random.Random(mutant.id)
+    total = len(checks)
+    right = outcome.label(total)
+    pool = [Outcome("survives")] + [o for o in others] + [Outcome("fails", [name]) for name in checks] + [
+        Outcome("raises", [], message="an exception"), Outcome("timeout")]
+    distractors: list[str] = []
+    for candidate in pool[:1] + rng.sample(pool[1:], len(pool) - 1):
+        label = candidate.label(total)
+        if label != right and label not in distractors:
+            distractors.append(label)
+        if len(distractors) == size - 1:
+            break
+    choices = distractors + [right]
+    rng.shuffle(choices)
+    return Question(mutant, outcome, choices, choices.index(right))
+
+
+def card_for(mutant: Mutant, exercise: Exercise, deck_ids: set[str]) -> str | None:
+    """The card that explains what the mutant breaks: the operator's own, else the exercise's first."""
+    for card_id in CARDS.get(mutant.operator, ()):
+        if card_id in deck_ids:
+            return card_id
+    return next((c for c in exercise.cards if c in deck_ids), None)
+

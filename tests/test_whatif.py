@@ -1,0 +1,255 @@
+"""What-if follow-ups: outcomes, questions, the cache, `drill whatif` piped, as JSON and in a
+terminal, and real mutants of a solution graded in the sandbox."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from drill import catalog, mutate, whatif
+from drill.grader.result import CheckResult, GradeResult
+from drill.paths import solutions_root
+from drill.store import SCHEMA_VERSION, Store
+
+LSE = catalog.resolve("lse-merge")
+SOFTMAX = catalog.resolve("online-softmax")
+CHECKS = ["merge is right", "merge is symmetric", "both -inf give -inf", "inputs are not modified"]
+
+
+def result(status: str, checks: list[tuple[str, str, str]] = (), message: str = "") -> GradeResult:
+    return GradeResult(LSE.key, "f.py", status, message, [CheckResult(n, s, m) for n, s, m in checks])
+
+
+def drill(*args: str, input: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "drill", *args], input=input, capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def lse_file(tmp_path: Path) -> Path:
+    path = tmp_path / LSE.file
+    shutil.copy(LSE.solution_path, path)
+    return path
+
+
+def plant(path: Path, exercise, outcomes: list[whatif.Outcome]) -> list[mutate.Mutant]:
+    """Cache a passing baseline and the given outcomes for the file's first mutants (in session order)."""
+    raw = path.read_bytes()
+    chosen = mutate.spread(mutate.mutants(raw.decode()), len(outcomes))
+    key = whatif.file_key(raw, exercise)
+    with Store() as store:
+        store.save_mutant_outcome(key, whatif.ORIGINAL, exercise.key,
+                                  whatif.Outcome("survives", checks=CHECKS).to_json())
+        for mutant, outcome in zip(chosen, outcomes):
+            store.save_mutant_outcome(key, mutant.id, exercise.key, outcome.to_json())
+    return chosen
+
+
+PLANTED = [
+    whatif.Outcome("fails", ["merge is right", "merge is symmetric"], ["O is wrong", "not symmetric"]),
+    whatif.Outcome("survives"),
+    whatif.Outcome("raises", ["merge is right"], ["your code raised NameError: x"], "NameError"),
+    whatif.Outcome("timeout", message="timed out after 3 s in the first check"),
+    whatif.Outcome("fails", ["both -inf give -inf"], ["NaN in O"]),
+]
+
+
+# -- outcomes ------------------------------------------------------------------
+
+def test_a_grade_becomes_an_outcome():
+    assert whatif.outcome_of(result("pass", [("a", "pass", "")])).status == "survives"
+    fails = whatif.outcome_of(result("fail", [("a", "pass", ""), ("b", "fail", "O is wrong by 0.1")]))
+    assert (fails.status, fails.failed, fails.diagnoses) == ("fails", ["b"], ["O is wrong by 0.1"])
+    raises = whatif.outcome_of(result("fail", [("a", "fail", "your code raised ZeroDivisionError: x (line 3)"),
+                                               ("b", "fail", "your code raised NameError: y")]))
+    assert (raises.status, raises.message) == ("raises", "NameError or ZeroDivisionError")
+    mixed = whatif.outcome_of(result("fail", [("a", "fail", "your code raised NameError: y"), ("b", "fail", "wrong")]))
+    assert mixed.status == "fails"
+    hung = whatif.outcome_of(result("error", message="timed out after 3 s in the first check: an infinite loop?"))
+    assert hung.status == "timeout"
+    stopped = whatif.outcome_of(result("fail", [("a", "fail", "timed out")],
+                                       "1 of 2 checks failed; 1 not run after a check timed out"))
+    assert stopped.status == "timeout"
+    assert whatif.outcome_of(result("error", message="SyntaxError on line 3")).status == "error"
+
+
+def test_every_questions_correct_answer_is_its_graded_outcome():
+    mutants = mutate.mutants(LSE.solution_path.read_text())[:len(PLANTED)]
+    for mutant, outcome in zip(mutants, PLANTED):
+        others = [o for o in PLANTED if o is not outcome]
+        q = whatif.question(mutant, outcome, others, CHECKS)
+        assert q.choices[q.correct] == outcome.label(len(CHECKS))
+        assert len(q.choices) == 4 == len(set(q.choices))
+        assert q == whatif.question(mutant, outcome, others, CHECKS)  # the same question every time
+    # A survivor's question always offers "still passes" and something else.
+    q = whatif.question(mutants[0], PLANTED[0], [], CHECKS)
+    assert "every check still passes" in q.choices
+
+
+def test_labels_tell_apart_what_a_learner_must_predict():
+    assert whatif.Outcome("fails", ["a"]).label() == "fails only «a»"
+    assert whatif.Outcome("fails", ["a", "b"]).label() == "fails «a» and «b»"
+    assert whatif.Outcome("fails", ["a", "b", "c"]).label(11) == "fails 3 of 11 checks, the first «a»"
+    assert whatif.Outcome("raises", ["a"], message="IndexError").label() == "raises IndexError in 1 check"
+
+
+def test_an_operator_names_a_card_of_the_deck():
+    from drill import cards
+
+    deck = {c.id for c in cards.all_cards()}
+    for name, _title, _fn in mutate.OPERATORS:
+        assert whatif.CARDS[name][0] in deck, name
+
+
+# -- the cache in the store ------------------------------------------------------
+
+def test_outcomes_are_cached_by_file_and_mutant(tmp_path: Path):
+    with Store() as store:
+        store.save_mutant_outcome("k1", "m1", LSE.key, {"status": "fails"})
+        store.save_mutant_outcome("k1", "m1", LSE.key, {"status": "survives"})  # graded again: replaced
+        store.save_mutant_outcome("k2", "m1", LSE.key, {"status": "raises"})
+        assert store.mutant_outcomes("k1") == {"m1": {"status": "survives"}}
+        assert store.mutant_outcomes("k3") == {}
+
+
+def test_a_version_1_database_gains_the_cache_and_keeps_its_progress(drill_home: Path):
+    path = drill_home / "drill.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                      "INSERT INTO meta VALUES ('schema', '1');"
+                      "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                      "INSERT INTO settings VALUES ('lang', 'zh');")
+    old.commit()
+    old.close()
+    with Store(path) as store:
+        assert store.get_setting("lang") == "zh"
+        assert store.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == str(SCHEMA_VERSION)
+        store.save_mutant_outcome("k", "m", LSE.key, {"status": "survives"})
+    newer = sqlite3.connect(path)
+    newer.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    newer.commit()
+    newer.close()
+    with Store(path) as store:  # a file from a later drill keeps its number
+        assert store.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0] == "99"
+
+
+def test_the_file_key_follows_the_file_and_the_checks():
+    assert whatif.file_key(b"a", LSE) == whatif.file_key(b"a", LSE)
+    assert whatif.file_key(b"a", LSE) != whatif.file_key(b"b", LSE)
+    assert whatif.file_key(b"a", LSE) != whatif.file_key(b"a", SOFTMAX)
+
+
+# -- drill whatif, from the cache (no grading) ----------------------------------------------
+
+def test_json_lists_every_mutant_with_its_diff_and_outcome(lse_file: Path):
+    chosen = plant(lse_file, LSE, PLANTED)
+    done = drill("whatif", str(lse_file), "--json", "--limit", str(len(PLANTED)))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["exercise"] == LSE.key and (doc["killed"], doc["survived"]) == (4, 1)
+    assert [m["id"] for m in doc["mutants"]] == [m.id for m in chosen]
+    first = doc["mutants"][0]
+    assert first["diff"].startswith("--- yours\n+++ what if\n@@ ") and first["diff"] == chosen[0].diff
+    assert first["outcome"]["status"] == "fails" and first["outcome"]["failed"] == PLANTED[0].failed
+
+
+def test_piped_predictions_are_judged_against_the_graded_outcomes(lse_file: Path):
+    chosen = plant(lse_file, LSE, PLANTED)
+    answers = []
+    for mutant, outcome in zip(chosen, PLANTED):
+        q = whatif.question(mutant, outcome, [o for o in PLANTED if o is not outcome], CHECKS)
+        answers.append(str(q.correct + 1))
+    answers[1] = str((int(answers[1]) % 4) + 1)  # one wrong prediction
+    done = drill("whatif", str(lse_file), "--limit", str(len(PLANTED)), input="\n".join(answers) + "\n")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.count("Right: ") == 4 and out.count("Not quite: 2. every check still passes") == 0
+    assert "Not quite: " in out and "You predicted 4 of 5 outcomes." in out
+    assert "What if? 1/5 · line" in out and chosen[0].change in out
+    assert "✗ merge is right\n  O is wrong" in out  # the check's own diagnosis
+    assert "The idea behind it (" in out  # and the card that explains it
+    assert "gap in the checks" in out  # the survivor says what surviving means
+    assert "The checks killed 4 of the 5 mutants" in out
+
+
+def test_end_of_input_ends_the_session_with_its_summary(lse_file: Path):
+    plant(lse_file, LSE, PLANTED)
+    done = drill("whatif", str(lse_file), "--limit", "5", input="9\n\n")
+    assert done.returncode == 0, done.stderr
+    assert "Didn't catch that" in done.stdout and "You predicted 0 of 1 outcome." in done.stdout
+
+
+def test_a_file_that_does_not_pass_gets_no_questions(tmp_path: Path):
+    stub = tmp_path / LSE.file
+    shutil.copy(LSE.stub_path, stub)
+    done = drill("whatif", str(stub), "--json")
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert doc["status"] == "error" and "does not pass its checks yet" in doc["message"]
+
+
+def test_no_file_and_nothing_passed_says_what_to_do():
+    done = drill("whatif")
+    assert done.returncode == 2 and "no exercise has passed yet" in done.stderr
+
+
+def test_a_live_session_in_a_terminal(lse_file: Path):
+    pytest.importorskip("pexpect")
+    pytest.importorskip("pyte")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from terminal import Terminal
+
+    [mutant] = plant(lse_file, LSE, PLANTED[:1])
+    q = whatif.question(mutant, PLANTED[0], [], CHECKS)
+    t = Terminal("whatif", str(lse_file), "--limit", "1")
+    try:
+        t.wait_for("What if? 1/1")
+        t.wait_for("Your prediction (1-4")
+        assert "What happens now?" in t.text and mutant.change in t.text
+        t.type(f"{q.correct + 1}\r")
+        screen = t.wait_for("You predicted 1 of 1 outcome.")
+        assert "Right: " in screen and "What grading it did" in screen
+        assert t.exit_status() == 0
+    finally:
+        t.close()
+
+
+# -- real mutants, graded in the sandbox -------------------------------------------------
+
+def test_real_mutants_of_a_solution_are_killed_and_then_cached(lse_file: Path):
+    started = time.monotonic()
+    done = drill("whatif", str(lse_file), "--json", "--limit", "3")
+    first_run = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert len(doc["mutants"]) == 3 and doc["killed"] >= 2
+    killed = [m for m in doc["mutants"] if m["outcome"]["status"] != "survives"]
+    assert all(m["outcome"]["failed"] and m["outcome"]["diagnoses"] for m in killed)
+    started = time.monotonic()
+    again = drill("whatif", str(lse_file), "--json", "--limit", "3")
+    assert json.loads(again.stdout) == doc
+    assert time.monotonic() - started < first_run  # nothing graded the second time
+
+
+def test_a_mutant_that_loops_forever_is_stopped_by_its_short_timeout():
+    # A learner who wrote a while loop: deleting its step leaves a loop that never ends.
+    line = "            m[r], l[r] = online_softmax_update(m[r], l[r], rows[r, start:start + block_size])\n"
+    source = SOFTMAX.solution_path.read_text().replace(
+        "    for start in range(0, n, block_size):\n", "    start = 0\n    while start < n:\n").replace(
+        line, line + "        start += block_size\n")
+    [endless] = [m for m in mutate.mutants(source, ["delete-statement"]) if m.before == "start += block_size"]
+    started = time.monotonic()
+    grading = whatif.Grading(SOFTMAX, [endless], {}, timeout=3, jobs=1)
+    try:
+        outcome = grading.outcome(endless.id)
+    finally:
+        grading.close()
+    assert outcome.status == "timeout", outcome
+    assert time.monotonic() - started < 12
