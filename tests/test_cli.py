@@ -197,8 +197,8 @@ def test_keyword_and_first_failure_reach_the_grader_and_a_partial_run_is_not_sav
     code, out = run("check", str(path), "-k", "causal and not ragged")
     assert code == 0 and "not saved" in out
     code, out = run("check", str(path), "--first-failure")
-    assert seen == [{"keyword": "causal and not ragged", "first_failure": False, "repro": False},
-                    {"keyword": None, "first_failure": True, "repro": False}]
+    assert seen == [{"keyword": "causal and not ragged", "first_failure": False, "repro": False, "seed": None},
+                    {"keyword": None, "first_failure": True, "repro": False, "seed": None}]
     with Store() as store:  # only the full run counts
         assert len(store.attempts("flashattention/online-softmax")) == 1
     code, out = run("check", str(path), "-k", " ")
