@@ -53,38 +53,57 @@ def intensity(flop_count: float, elements: float, dtype_bytes: int) -> float:
 
 @dataclass(frozen=True)
 class Reads:
-    """What a recorded call read of one input array (rows along axis 0)."""
+    """What a recorded call read of one input array (rows along axis 0), counted as a kernel would
+    move it: a block still in use (a re-slice of the rows read last, at most a block) costs nothing
+    again, and an elementwise pass over the whole array (K * scale) costs one pass."""
 
     length: int  # rows in the array
-    rows: int = 0  # rows read, counting repeats
-    largest: int = 0  # the most rows read in one access
+    rows: int = 0  # rows moved, counting repeats but not re-reads of the resident block
+    largest: int = 0  # the most rows one access used at once (elementwise whole passes aside)
     covered: int = 0  # distinct rows read at least once
+    whole_passes: int = 0  # elementwise passes over the whole array
 
     @property
     def passes(self) -> float:
         return self.rows / self.length if self.length else 0.0
 
 
-def summarize(log: list | None, lengths: dict[str, int]) -> tuple[dict[str, Reads], bool]:
-    """Per array name, its Reads; and whether the log was cut short."""
+def summarize(log: list | None, lengths: dict[str, int],
+              blocks: dict[str, int] | None = None) -> tuple[dict[str, Reads], bool]:
+    """Per array name, its Reads; and whether the log was cut short.
+
+    blocks: the block size of each array (Br for Q, Bc for K and V); a read of at most that many
+    rows stays resident, so reading it again (Q[i0:i1] re-sliced in the inner loop, or one
+    element of a row after another) is free until another part of the array is read.
+    """
     seen: dict[str, list] = {name: [] for name in lengths}
     truncated = False
     for entry in log or []:
-        if not (isinstance(entry, list) and len(entry) == 4):
+        if not (isinstance(entry, list) and len(entry) in (4, 5)):
             continue
-        name, start, stop, rows = entry
+        name, start, stop, rows = entry[:4]
+        kind = entry[4] if len(entry) == 5 else "rows"
         if rows == -1:
             truncated = True
         elif name in seen and isinstance(start, int) and isinstance(stop, int) and isinstance(rows, int):
-            seen[name].append((max(0, start), min(lengths[name], stop), max(0, rows)))
+            seen[name].append((max(0, start), min(lengths[name], stop), max(0, rows), kind))
     out = {}
     for name, length in lengths.items():
-        spans = seen[name]
+        limit = (blocks or {}).get(name, 0)
         covered = [False] * length
-        for start, stop, _ in spans:
+        moved = largest = passes = 0
+        resident = None  # (start, stop) of the block in use
+        for start, stop, rows, kind in seen[name]:
             covered[start:stop] = [True] * max(0, stop - start)
-        out[name] = Reads(length, sum(r for _, _, r in spans), max((r for _, _, r in spans), default=0),
-                          sum(covered))
+            if kind == "pass":
+                moved, passes, resident = moved + length, passes + 1, None
+                continue
+            largest = max(largest, rows)
+            if resident and resident[0] <= start and stop <= resident[1]:
+                continue
+            moved += rows
+            resident = (start, stop) if stop - start <= limit else None
+        out[name] = Reads(length, moved, largest, sum(covered), passes)
     return out, truncated
 
 

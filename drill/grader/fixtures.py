@@ -24,6 +24,11 @@ def seed(n: int = 0) -> int:
     return int(np.random.SeedSequence([_run_seed, int(n)]).generate_state(1, np.uint64)[0] >> 1)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "observed: a structural claim seen from inside the subject (advice: it can "
+                                       "fail an honest mistake, never stand alone between a shortcut and a pass)")
+
+
 @pytest.fixture
 def sub():
     """The user's module, loaded by the grader before the checks run."""

@@ -4,8 +4,11 @@ Runs in the subject (a copy sits beside subject.py; numpy only). A RecordingArra
 ndarray, so slicing, `@` and numpy functions work as usual; every access is logged as a
 range of rows (axis 0):
   * `K[j:j + Bc]`, `K[j]`, `K[i:i + Br, :]`: the rows indexed;
-  * anything that uses the whole array (`K.T`, `K * c`, `np.max(K)`, `K.copy()`, iterating):
-    every row.
+  * anything that uses the whole array (`K.T`, `np.max(K)`, `K.copy()`, iterating):
+    every row; an elementwise ufunc over the whole array (`K * c`) is logged as one pass,
+    which a kernel makes once ahead of its loop (drill/iocount.py counts it so).
+A one-row access that repeats the one logged just before it for the same array is not
+logged again (element-by-element gathers of a row would otherwise fill the log).
 `np.asarray(K)` returns a plain view without telling anyone; the trusted side notices
 because the rows it then reads are never logged (every row of Q, K and V must be read).
 What is logged here informs the learner; it can fail a check, never pass one.
@@ -44,7 +47,8 @@ class RecordingArray(np.ndarray):
         return iter(self.view(np.ndarray))
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        inputs = tuple(_plain(x) for x in inputs)
+        kind = "pass" if ufunc is not np.matmul and method == "__call__" else "rows"
+        inputs = tuple(_plain(x, kind=kind) for x in inputs)
         if "out" in kwargs:
             kwargs["out"] = tuple(_plain(x) for x in kwargs["out"])
         return getattr(ufunc, method)(*inputs, **kwargs)
@@ -56,28 +60,36 @@ class RecordingArray(np.ndarray):
         return func(*args, **kwargs)
 
 
-def _plain(value, reads: bool = True):
+def _plain(value, reads: bool = True, kind: str = "rows"):
     """The plain ndarray behind a recording one (logging a whole read); lists and tuples too."""
     if isinstance(value, RecordingArray):
         if reads and value._log is not None:
-            _whole(value)
+            _whole(value, kind)
         return value.view(np.ndarray)
     if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v, reads) for v in value)
+        return type(value)(_plain(v, reads, kind) for v in value)
     return value
 
 
-def _record(array: RecordingArray, start: int, stop: int, rows: int) -> None:
+_last: dict = {}  # id of an array's log and its name -> the entry logged last for it
+
+
+def _record(array: RecordingArray, start: int, stop: int, rows: int, kind: str = "rows") -> None:
     log = array._log
+    entry = (array._name, int(start), int(stop), int(rows), kind)
+    key = (id(log), array._name)
+    if rows == 1 and _last.get(key) == entry:  # one element after another of the same row
+        return
+    _last[key] = entry
     if len(log) < LOG_LIMIT:
-        log.append((array._name, int(start), int(stop), int(rows)))
+        log.append(entry)
     elif len(log) == LOG_LIMIT:
-        log.append(("", 0, 0, -1))  # marks a log cut short
+        log.append(("", 0, 0, -1, "rows"))  # marks a log cut short
 
 
-def _whole(array: RecordingArray) -> None:
+def _whole(array: RecordingArray, kind: str = "rows") -> None:
     n = array.shape[0] if array.ndim else 1
-    _record(array, 0, n, n)
+    _record(array, 0, n, n, kind)
 
 
 def _rows(array: RecordingArray, key) -> None:

@@ -201,6 +201,65 @@ def check_peak(peak: int, call: Call, what: str) -> None:
                   "[Br, Bc] block at a time inside the loops")
 
 
+# Few query rows against a long K (d = 1): one row of scores is 8 MiB, a chunk of rows far more,
+# while a Br×Bc tile is kilobytes. The allowance above the arrays passed in and returned is one
+# copy of the longest input (an elementwise pass such as K * scale makes one) plus slack.
+LONG_SQ, LONG_SK, LONG_BC = 16, 2**20, 4096
+LONG_SLACK_BYTES = 4 * 2**20
+
+
+def check_peak_long(peak: int, call: Call, what: str, held_bytes: int, copy_bytes: int) -> None:
+    """The peak on a long K stays below the arrays held plus one input-sized copy and slack."""
+    limit = held_bytes + copy_bytes + LONG_SLACK_BYTES
+    row = LONG_SK * 8
+    if peak <= limit:
+        note(f"peak memory on a long K (verified): {peak / 2**20:.1f} MiB, under the {limit / 2**20:.0f} MiB "
+             f"allowed (the arrays passed in and returned are {held_bytes / 2**20:.0f} MiB)")
+        return
+    fail(f"{what} held {(peak - held_bytes) / 2**20:.1f} MiB beyond its inputs and outputs on a long K: "
+         "whole rows of scores were materialised, not tiles",
+         called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+         expected=(f"under {limit / 2**20:.0f} MiB: the arrays themselves ({held_bytes / 2**20:.0f} MiB), one copy "
+                   f"of an input ({copy_bytes / 2**20:.0f} MiB) and {LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; "
+                   f"one query row of scores against all {LONG_SK:,} keys is {row / 2**20:.0f} MiB"),
+         hint=(f"query rows were processed against all of K at once (a chunk of rows, or one row at a time, "
+               f"still holds sk = {LONG_SK:,} scores per row): stream K and V in blocks of Bc rows with the "
+               "online softmax, so only a Br×Bc tile of scores exists at a time"))
+
+
+def chunked_attention(Q, K, V, causal=False, scale=None, rows: int = 512):
+    """attention() computed a block of query rows at a time (the same values, less memory here)."""
+    sq, sk = Q.shape[0], K.shape[0]
+    mask = visible(sq, sk, causal)
+    O, L = np.zeros((sq, V.shape[1])), np.zeros(sq)
+    for i in range(0, sq, rows):
+        O[i:i + rows], L[i:i + rows] = masked_attention(Q[i:i + rows], K, V, default_scale(Q.shape[1], scale),
+                                                        mask[i:i + rows])
+    return O, L
+
+
+def chunked_attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, columns: int = 2**16):
+    """attention_backward() computed a block of key columns at a time (the same values)."""
+    sq, sk = Q.shape[0], K.shape[0]
+    s = default_scale(Q.shape[1], scale)
+    D = (dO * O).sum(axis=1)
+    Lsafe = np.where(L == -np.inf, np.inf, L)
+    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    full_mask = visible(sq, sk, causal) if causal else None
+    for j in range(0, sk, columns):
+        cols = slice(j, min(j + columns, sk))
+        mask = full_mask[:, cols] if causal else None
+        S = (Q @ K[cols].T) * s
+        P = np.exp(S - Lsafe[:, None])
+        if mask is not None:
+            P = np.where(mask, P, 0.0)
+        dV[cols] = P.T @ dO
+        dS = P * (dO @ V[cols].T - D[:, None])
+        dQ += (dS @ K[cols]) * s
+        dK[cols] = (dS.T @ Q) * s
+    return dQ, dK, dV
+
+
 def pair(result, call: Call, names: str, shapes: tuple[tuple, tuple]):
     """Unpack a returned pair of arrays, checking type and shapes."""
     if not isinstance(result, tuple) or len(result) != 2:
@@ -259,11 +318,11 @@ def check_block_reads(call: Call, reads: dict, limits: dict[str, tuple[int, str]
         if r.largest <= block:
             continue
         if r.largest >= r.length and name in ("K", "V"):
-            hint = (f"all of {name} was used at once (Q_block @ K.T, or a whole-array operation on {name}): that "
-                    "is memory-efficient attention, not FlashAttention; stream K and V in blocks of Bc rows and "
-                    "combine them with the online softmax")
+            hint = (f"all of {name} was used at once ({name}.T, a matmul or a reduction over the whole of {name}): "
+                    "that is memory-efficient attention, not FlashAttention; stream K and V in blocks of Bc rows "
+                    "and combine them with the online softmax (an elementwise pass such as K * scale is fine)")
         elif r.largest >= r.length:
-            hint = (f"{name} was used whole (for example {name} * scale or {name}.T up front): slice its blocks "
+            hint = (f"{name} was used whole ({name}.T, a matmul or a reduction over all of it): slice its blocks "
                     f"from the array you were given, {name}[i:i + {label}]")
         else:
             hint = f"read {name} in blocks of at most {label} = {block} rows"
@@ -272,24 +331,53 @@ def check_block_reads(call: Call, reads: dict, limits: dict[str, tuple[int, str]
              expected=f"at most {block} rows per read", hint=hint)
 
 
-def check_passes(call: Call, reads: dict, sq: int, sk: int, Br: int, Bc: int, inner: tuple, outer: tuple) -> None:
-    """One pass over K/V per Q block (Q outside), or one pass over Q per K/V block (K/V outside)."""
+def loop_order(reads: dict, sq: int, sk: int, Br: int, Bc: int, inner: tuple, outer: tuple,
+               two_passes: bool = False) -> str:
+    """The tiled loop the reads fit, in words; '' if none. Rows are counted as a kernel moves them
+    (iocount.summarize), so every order below is a legitimate FlashAttention."""
     Tr, Tc = iocount.ceil_div(sq, Br), iocount.ceil_div(sk, Bc)
-    q_outside = all(reads[n].rows <= sq for n in outer) and all(reads[n].rows <= Tr * sk for n in inner)
-    kv_outside = all(reads[n].rows <= sk for n in inner) and all(reads[n].rows <= Tc * sq for n in outer)
-    if q_outside or kv_outside:
-        return
+
+    def fits(outer_rows: int, inner_rows: int) -> bool:
+        return all(reads[n].rows <= outer_rows for n in outer) and all(reads[n].rows <= inner_rows for n in inner)
+
+    if fits(sq, Tr * sk):
+        return "FA2 order: Q blocks outside, K/V streamed inside (Q read once, K and V once per Q block)"
+    if fits(Tc * sq, sk):
+        return ("FA1 order: K/V blocks outside, Q streamed inside (K and V read once, Q once per K/V block"
+                + ("; one pass, dQ accumulated across K/V blocks" if two_passes else "") + ")")
+    if two_passes and fits(sq + Tc * sq, sk + Tr * sk):
+        return ("two passes, as FA2's Triton backward: dK and dV with K/V blocks outside, then dQ with Q blocks "
+                "outside")
+    return ""
+
+
+def check_passes(call: Call, reads: dict, sq: int, sk: int, Br: int, Bc: int, inner: tuple, outer: tuple,
+                 two_passes: bool = False) -> str:
+    """The inputs were read as one of the tiled loops reads them; returns the order seen, in words."""
+    order = loop_order(reads, sq, sk, Br, Bc, inner, outer, two_passes)
+    seen = ", ".join(f"{n} read {reads[n].passes:.3g}×" for n in reads)
+    if order:
+        note(f"loop seen (observed): {order}; {seen}")
+        return order
+    Tr, Tc = iocount.ceil_div(sq, Br), iocount.ceil_div(sk, Bc)
     K = reads["K"]
-    if all(reads[n].rows <= sq for n in outer):
-        hint = (f"you read every K block {K.rows / (Tr * sk):.3g} times per Q block: that is a two-pass softmax "
-                "(a first pass for the max, a second for the sum); keep m and l running so one pass is enough")
+    if all(reads[n].rows <= sq for n in outer) and K.rows > Tr * sk:
+        hint = (f"Q was read once, but every K block {K.rows / (Tr * sk):.3g} times per Q block: that is a "
+                "two-pass softmax (a first pass for the max, a second for the sum); keep m and l running so "
+                "one pass is enough")
+    elif all(reads[n].rows <= sk for n in inner):
+        hint = (f"K and V were read once, but Q {reads['Q'].passes:.3g} times, more than once per K/V block "
+                f"(Tc = {Tc}): read each Q block once inside the loop over K/V blocks")
+    elif K.rows >= sq * sk > Tr * sk:
+        hint = (f"K was read about once per query row (K {K.passes:.3g}×): loop over Q in blocks of Br rows, "
+                "not row by row")
     else:
-        hint = ("loop over Q blocks outside and K/V blocks inside (or the other way round), touching each "
-                "pair of blocks once")
-    fail("the inputs were read more often than one pass of the tiled loop needs", called=str(call),
-         got=", ".join(f"{n} read {reads[n].passes:.3g}×" for n in reads),
-         expected=(f"Q once and K, V at most Tr = {Tr} times each (Q outside), or K, V once and Q at most "
-                   f"Tc = {Tc} times (K/V outside)"), hint=hint)
+        hint = "no tiled loop reads its inputs this often: " + seen
+    fail("the inputs were read more often than a tiled loop needs", called=str(call), got=seen,
+         expected=(f"Q once and K, V at most Tr = {Tr} times each (FA2 order), or K, V once and Q at most "
+                   f"Tc = {Tc} times (FA1 order)" + (", or one pass of each (two backward passes)"
+                                                      if two_passes else "")), hint=hint)
+    return ""
 
 
 def note_traffic(reads: dict, s: int, d: int, Br: int, causal: bool) -> None:

@@ -11,6 +11,9 @@ from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, max_error, show
 
 from ._attention_reference import (
+    LONG_BC,
+    LONG_SK,
+    LONG_SQ,
     MEMORY_SIZE,
     SHAPES,
     attention,
@@ -18,7 +21,10 @@ from ._attention_reference import (
     check_block_reads,
     check_passes,
     check_peak,
+    check_peak_long,
     check_reads_seen,
+    chunked_attention,
+    chunked_attention_backward,
     default_scale,
     first_wrong_block,
     peak_bytes,
@@ -271,12 +277,7 @@ def test_memory(sub, rng, causal):
     n, d = MEMORY_SIZE, 16
     Q, K, V, dO = (rng.normal(size=(n, d)) for _ in range(4))
     scale = default_scale(d, None)
-    # O and L for the last 64 rows are exact; the others need only be plausible for a memory check.
-    O, L = np.zeros((n, d)), np.zeros(n)
-    O[-64:], L[-64:] = attention(Q[-64:], K, V, causal, None)
-    O[:-64], L[:-64] = V[:n - 64] * 0.1, np.log(n) + 0.1 * rng.normal(size=n - 64)
-    if causal:
-        L[:-64] = np.log(np.arange(1, n - 63))  # a row that sees i + 1 keys
+    O, L = chunked_attention(Q, K, V, causal)
     call = Call("flash_attention_backward", f"Q, K, V, O, dO [{n}x{d}], L [{n}], Br=128, Bc=128, causal={causal}")
     args = [a.copy() for a in (Q, K, V, O, L, dO)]
     peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args,
@@ -284,10 +285,30 @@ def test_memory(sub, rng, causal):
     check_peak(peak, call, "flash_attention_backward")
     if not isinstance(result, tuple) or len(result) != 3:
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
-    dQ = array(result[0], call, shape=(n, d), what="dQ")
-    want = attention_backward(Q[-64:], K, V, O[-64:], L[-64:], dO[-64:], causal, None)[0]
-    close(dQ[-64:], want, call, atol=ATOL, rtol=RTOL, what="dQ (last 64 rows)",
-          hint="memory is fine, but dQ is wrong at this size; the other checks name the mistake")
+    wants = chunked_attention_backward(Q, K, V, O, L, dO, causal)  # all of dQ, dK and dV are compared
+    for got, want, name in zip(result, wants, NAMES):
+        close(array(got, call, shape=(n, d), what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
+              hint=f"memory is fine, but {name} is wrong at this size; the other checks name the mistake")
+
+
+def test_memory_long_keys(sub, rng):
+    """Peak memory with 16 query rows against 2^20 keys stays at tiles: no whole row of scores"""
+    Q, K, V = rng.normal(size=(LONG_SQ, 1)), rng.normal(size=(LONG_SK, 1)), rng.normal(size=(LONG_SK, 1))
+    dO = rng.normal(size=(LONG_SQ, 1))
+    O, L = attention(Q, K, V)
+    call = Call("flash_attention_backward", f"Q, O, dO [{LONG_SQ}x1], K, V [{LONG_SK}x1], L [{LONG_SQ}], "
+                f"Br={LONG_SQ}, Bc={LONG_BC}")
+    args = [a.copy() for a in (Q, K, V, O, L, dO)]
+    held = sum(a.nbytes for a in args) + Q.nbytes + K.nbytes + V.nbytes  # the inputs, and dQ, dK, dV
+    peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args, Br=LONG_SQ, Bc=LONG_BC,
+                              _hints=WARNING_HINTS)
+    check_peak_long(peak, call, "flash_attention_backward", held, K.nbytes)
+    if not isinstance(result, tuple) or len(result) != 3:
+        fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
+    for got, want, name, shape in zip(result, chunked_attention_backward(Q, K, V, O, L, dO), NAMES,
+                                      (Q.shape, K.shape, V.shape)):
+        close(array(got, call, shape=shape, what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
+              hint=f"memory is fine, but {name} is wrong on a long K")
 
 
 def test_inputs_untouched(sub, rng):
@@ -303,9 +324,10 @@ def test_inputs_untouched(sub, rng):
                  hint="work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the caller's L)")
 
 
+@pytest.mark.observed
 @pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
 def test_recomputes_in_blocks(sub, rng, causal):
-    """Score blocks are recomputed from Q and K in blocks, D from dO and O once"""
+    """Score blocks are recomputed from Q and K in blocks, D from dO and O once (one pass or two)"""
     sq, sk, d, Br, Bc = 48, 40, 8, 16, 8
     p = Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=causal)
     call = p.call()
@@ -317,14 +339,15 @@ def test_recomputes_in_blocks(sub, rng, causal):
     for got, want, name, shape in zip(result, p.reference(), NAMES, (p.Q.shape, p.K.shape, p.V.shape)):
         close(array(got, call, shape=shape, what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
               hint="the other checks name the mistake")
-    reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk, "O": sq, "dO": sq})
+    reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk, "O": sq, "dO": sq},
+                                         {"Q": Br, "K": Bc, "V": Bc, "O": Br, "dO": Br})
     check_reads_seen(call, reads, truncated)
     check_block_reads(call, reads, {"K": (Bc, "Bc"), "V": (Bc, "Bc"), "Q": (Br, "Br")})
     if reads["O"].rows > sq:
         fail(f"O was read {reads['O'].passes:.3g} times; it is needed once, for D = rowsum(dO ∘ O)",
              called=str(call), got=f"O read {reads['O'].passes:.3g}×", expected="O read once",
              hint="compute D for every row once, before the loops, and slice D[i:i + Br] inside them")
-    check_passes(call, reads, sq, sk, Br, Bc, inner=("K", "V"), outer=("Q",))
+    check_passes(call, reads, sq, sk, Br, Bc, inner=("K", "V"), outer=("Q",), two_passes=True)
 
 
 # What the function should return, for `drill check --repro` (values only reach the learner).
