@@ -1,0 +1,267 @@
+"""Hidden checks for 13_mla_decode.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from drill.grader.expect import Call, array, close, fail, matches, note
+
+from ._attention_reference import observed_call, peak_bytes, quiet_call
+from ._mla_reference import Mla, default_scale, draw, naive, streamed
+
+ATOL, RTOL = 1e-10, 1e-9
+
+WARNING_HINTS = {
+    "overflow": "exp overflowed: subtract each head's running max score before exponentiating",
+    "invalid": ("NaN was computed: rows of the cache at or past seq_len hold NaN and must never be read, "
+                "or exp(-inf - (-inf)) appeared on the first block"),
+}
+
+# (H, d_c, d_nope, d_rope, d_v): small versions of DeepSeek's shapes and some awkward ones.
+CONFIGS = {
+    "DeepSeek-like ratios": [(8, 32, 16, 8, 16), (16, 64, 32, 16, 32)],
+    "d_c == d_nope": [(4, 12, 12, 4, 12)],
+    "d_v != d_nope": [(6, 20, 8, 4, 10), (3, 9, 5, 3, 7)],
+    "one head": [(1, 16, 8, 4, 8)],
+    "d_rope = 1": [(5, 10, 6, 1, 4)],
+}
+
+
+def call_mla(sub, x: Mla, **kw):
+    """The user's o, checked for type, shape and numpy warnings."""
+    args = x.describe() + "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}" for k, v in kw.items())
+    call = Call("mla_decode", args)
+    result = quiet_call(sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, **kw)
+    H, d_c, d_nope, d_rope, d_v, S = x.shape
+    return call, array(result, call, shape=(H, d_v), what="o")
+
+
+# --- naming the mistake --------------------------------------------------------------------
+
+
+def diagnose(x: Mla, kw: dict, o: np.ndarray) -> str:
+    """Name the mistake if o equals a known wrong variant; else say which head goes wrong first."""
+    H, d_c, d_nope, d_rope, d_v, S = x.shape
+    scale, block = kw.get("scale"), kw.get("block", 256)
+    n = x.seq_len
+    candidates = []
+    if scale is None:
+        candidates += [
+            (lambda: naive(x, 1.0 / math.sqrt(d_nope)),
+             "the default scale is 1/√(d_nope + d_rope): the key is the nope part and the RoPE part "
+             "together, so its width is d_nope + d_rope, not d_nope"),
+            (lambda: naive(x, 1.0 / math.sqrt(d_c)),
+             "the default scale is 1/√(d_nope + d_rope), the width of the per-head key, not 1/√d_c: "
+             "absorbing W_uk changes where the dot product is taken, not its value"),
+            (lambda: naive(x, 1.0 / math.sqrt(d_c + d_rope)),
+             "the default scale is 1/√(d_nope + d_rope), not 1/√(d_c + d_rope): the scores are those "
+             "of the per-head keys, whatever space you compute them in"),
+            (lambda: naive(x, 1.0), "the scores were not scaled: multiply by 1/√(d_nope + d_rope)"),
+        ]
+    else:
+        candidates += [
+            (lambda: naive(x, None), "the scale argument was ignored: use it when it is given"),
+            (lambda: naive(x, 1.0), "the scores were not multiplied by scale"),
+        ]
+    candidates += [
+        (lambda: naive(x, scale, rope=False),
+         "the RoPE part of the score is missing: add q_rope[h] · k_rope[t], the same k_rope row for every head"),
+        (lambda: naive(x, scale, nope=False),
+         "the latent (nope) part of the score is missing: add (W_uk[h] q_nope[h]) · c_kv[t]"),
+        (lambda: naive(x, scale, uv="head0"),
+         "every head used W_uv[0]: head h's value is c_kv @ W_uv[h], so up-project with its own matrix"),
+        (lambda: naive(x, scale, uk="head0"),
+         "every head used W_uk[0]: absorb each head's own W_uk[h] into its query"),
+        (lambda: naive(x, scale, rows=n - 1) if n > 1 else None,
+         "the last cached row (seq_len - 1) was left out: attend over rows 0 .. seq_len - 1"),
+        (lambda: streamed(x, block, scale, rescale_acc=False),
+         "the latent accumulator was not rescaled when the running max grew: multiply it by "
+         "exp(m_old - m_new), just like l"),
+        (lambda: streamed(x, block, scale, rescale_l=False),
+         "l was not rescaled when the running max grew: l = exp(m_old - m_new) · l + rowsum(p)"),
+        (lambda: streamed(x, block, scale, drop_ragged=True),
+         "the last, shorter block of the cache was dropped: loop over range(0, seq_len, block)"),
+        (lambda: streamed(x, block, scale, per_block=True),
+         "each block was normalised on its own and the blocks averaged: keep a running max and sum "
+         "across blocks (the online softmax) and divide once at the end"),
+    ]
+    if d_c == d_nope:
+        candidates.insert(0, (lambda: naive(x, scale, uk="transposed"),
+                              "W_uk[h] was used transposed: head h's key is c_kv @ W_uk[h] ([S, d_c] @ "
+                              "[d_c, d_nope]), so the absorbed query is W_uk[h] @ q_nope[h], of width d_c"))
+    with np.errstate(all="ignore"):
+        for make, hint in candidates:
+            cand = make()
+            if cand is not None and matches(o, cand, atol=1e-8):
+                return hint
+    want = naive(x, scale)
+    bad = np.flatnonzero(~np.isclose(o, want, atol=1e-8, rtol=1e-8).all(axis=1))
+    return f"the first wrong head is h = {int(bad[0])}" if bad.size else ""
+
+
+def check_mla(sub, x: Mla, *, atol=ATOL, **kw) -> np.ndarray:
+    call, o = call_mla(sub, x, **kw)
+    want = naive(x, kw.get("scale"))
+    if np.isnan(o).any():
+        close(o, want, call, atol=atol, rtol=RTOL, what="o",
+              nan_hint="o has NaN: rows of the cache at or past seq_len hold NaN; read only c_kv[:seq_len] "
+                       "and k_rope[:seq_len] (a masked score is not enough: 0 · NaN is NaN in p @ c)")
+    if not matches(o, want, atol=atol * 100):
+        close(o, want, call, atol=atol, rtol=RTOL, what="o", hint=diagnose(x, kw, o))
+    close(o, want, call, atol=atol, rtol=RTOL, what="o")
+    return o
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def test_small(sub, rng):
+    """A small cache (H = 4, S = 40, block = 16) matches naive MLA with per-head keys and values"""
+    check_mla(sub, draw(rng, 4, 16, 8, 4, 8, 40), block=16)
+
+
+@pytest.mark.parametrize("case", list(CONFIGS), ids=list(CONFIGS))
+def test_configs(sub, rng, case):
+    """Matches naive MLA for several head counts and widths (H, d_c, d_nope, d_rope, d_v)"""
+    for H, d_c, d_nope, d_rope, d_v in CONFIGS[case]:
+        check_mla(sub, draw(rng, H, d_c, d_nope, d_rope, d_v, 150, spread=1.5), block=32)
+
+
+def test_block_sizes(sub, rng):
+    """Any block size: one row, a ragged last block, one block longer than the cache"""
+    x = draw(rng, 4, 16, 8, 4, 8, 97)
+    for block in (1, 7, 32, 96, 97, 500):
+        check_mla(sub, x, block=block)
+
+
+def test_default_block(sub, rng):
+    """The default block (256 rows) works when block is not passed, on a cache of 700 rows"""
+    check_mla(sub, draw(rng, 4, 16, 8, 4, 8, 700))
+
+
+def test_seq_len_shorter_than_cache(sub, rng):
+    """Rows at or past seq_len are never read: they hold NaN and must not change o"""
+    for S, seq_len, block in [(100, 37, 16), (64, 64, 16), (300, 257, 256), (50, 1, 8), (80, 48, 16)]:
+        check_mla(sub, draw(rng, 4, 16, 8, 4, 8, S, seq_len), block=block)
+
+
+def test_one_token(sub, rng):
+    """A cache of one token: every head returns that token's value, c_kv[0] @ W_uv[h]"""
+    x = draw(rng, 6, 12, 8, 4, 5, 10, 1)
+    call, o = call_mla(sub, x, block=4)
+    want = np.einsum("c,hcv->hv", x.c_kv[0], x.W_uv)
+    hint = ("with one visible row the softmax weight is 1, so o[h] = c_kv[0] @ W_uv[h]"
+            + ("; NaN came from rows past seq_len" if np.isnan(o).any() else ""))
+    close(o, want, call, atol=ATOL, rtol=RTOL, what="o", hint=diagnose(x, {"block": 4}, o) or hint, nan_hint=hint)
+
+
+def test_rope_part_shared(sub, rng):
+    """The decoupled RoPE key is one head shared by every query head (the latent part switched off)"""
+    x = draw(rng, 8, 16, 8, 6, 8, 90, spread=2.0)
+    x.q_nope[:] = 0.0  # scores come from q_rope[h] · k_rope[t] alone
+    check_mla(sub, x, block=16)
+
+
+def test_latent_part_alone(sub, rng):
+    """The absorbed latent part alone (q_rope = 0): scores are q_nope[h] · (c_kv[t] @ W_uk[h])"""
+    x = draw(rng, 8, 16, 8, 6, 8, 90, spread=2.0)
+    x.q_rope[:] = 0.0
+    check_mla(sub, x, block=16)
+
+
+def test_explicit_scale(sub, rng):
+    """An explicit scale replaces 1/√(d_nope + d_rope)"""
+    x = draw(rng, 4, 16, 8, 4, 8, 60)
+    for scale in (0.37, 2.0):
+        check_mla(sub, x, block=16, scale=scale)
+
+
+def test_large_logits(sub, rng):
+    """Scores of magnitude up to 1e4 neither overflow nor lose accuracy"""
+    x = draw(rng, 6, 16, 8, 4, 8, 120)
+    x.q_nope *= 800.0 / np.linalg.norm(x.q_nope, axis=1, keepdims=True)
+    x.q_rope *= 2000.0 / np.linalg.norm(x.q_rope, axis=1, keepdims=True)
+    check_mla(sub, x, block=16, atol=1e-8)
+
+
+def test_heads_at_different_scales(sub, rng):
+    """Heads whose scores sit near +1e4 and -1e4 keep their own running max"""
+    x = draw(rng, 4, 16, 8, 4, 8, 64)
+    x.k_rope[:, 0] = 1.0  # every key has 1 there, so q_rope[h, 0] shifts head h's scores as a whole
+    x.q_rope[:, 0] = np.array([1e4, -1e4, 0.0, 5e3]) * math.sqrt(12)
+    hint = ("one running max was shared by every head (s.max() without axis=1): a head near -1e4 underflows "
+            "beside one near +1e4; keep m and l per head")
+    call, o = call_mla(sub, x, block=16)
+    if not matches(o, naive(x), atol=1e-8):
+        hint = diagnose(x, {"block": 16}, o) or hint
+    close(o, naive(x), call, atol=1e-9, rtol=RTOL, what="o", hint=hint, nan_hint=hint)
+
+
+# Peak memory: a long cache with many heads and a narrow latent. Per-head keys or values
+# [H, S, d_nope] (256 MiB) and an [H, S] (or [S, H]) float64 score array (32 MiB) stand far
+# above the streaming loop, which holds little beside its inputs (c_kv 4 MiB, k_rope 1 MiB).
+MEMORY_SHAPE = dict(H=128, d_c=16, d_nope=8, d_rope=4, d_v=8, S=32768)
+MEMORY_LIMIT_BYTES = 20 * 2**20
+
+
+def test_memory(sub, rng):
+    """Peak memory on a long latent cache (H = 128, S = 32768) stays far below an [H, S] score array"""
+    sh = MEMORY_SHAPE
+    x = draw(rng, sh["H"], sh["d_c"], sh["d_nope"], sh["d_rope"], sh["d_v"], sh["S"], sh["S"] - 5)
+    call = Call("mla_decode", x.describe() + ", block=256")
+    peak, result = peak_bytes(quiet_call, sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, block=256)
+    H, S = sh["H"], sh["S"]
+    scores_mib = H * S * 8 / 2**20
+    keys_mib = H * S * sh["d_nope"] * 8 / 2**20
+    if peak > MEMORY_LIMIT_BYTES:
+        fail(f"mla_decode held {peak / 2**20:.1f} MiB at its peak: that is an [H, S] array or per-head keys, "
+             "not a streamed cache", called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=(f"under {MEMORY_LIMIT_BYTES / 2**20:.0f} MiB (an [H, S] float64 score array is "
+                       f"{scores_mib:.0f} MiB, per-head keys [H, S, d_nope] {keys_mib:.0f} MiB; the cache "
+                       f"itself is {S * (sh['d_c'] + sh['d_rope']) * 8 / 2**20:.0f} MiB)"),
+             hint=("absorb W_uk into the query (q_lat[h] = W_uk[h] @ q_nope[h], [H, d_c]) and W_uv after the "
+                   "weighted sum, then walk the cache in blocks of `block` rows with a running max and sum: "
+                   "only an [H, block] score tile exists at a time"))
+    note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit {MEMORY_LIMIT_BYTES / 2**20:.0f} MiB; an "
+         f"[H, S] score array alone is {scores_mib:.0f} MiB)")
+    o = array(result, call, shape=(H, sh["d_v"]), what="o")
+    heads = slice(0, 8)  # spot-check a few heads against the naive form
+    small = Mla(x.q_nope[heads], x.q_rope[heads], x.c_kv, x.k_rope, x.W_uk[heads], x.W_uv[heads], x.seq_len)
+    close(o[heads], naive(small), call, atol=ATOL, rtol=RTOL, what="o (heads 0..7)",
+          hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+
+
+def test_reads_cache_once(sub, rng):
+    """The latent cache is read once, rows 0 .. seq_len - 1 only (observed)"""
+    S, seq_len, block = 200, 150, 32
+    x = draw(rng, 6, 16, 8, 4, 8, S, seq_len, poison=0.0)
+    call = Call("mla_decode", x.describe() + f", block={block}")
+    outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: "c_kv", 3: "k_rope"}, _hints=WARNING_HINTS,
+                            block=block)
+    o = array(outcome.result, call, shape=(6, 8), what="o")
+    close(o, naive(x), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake")
+    for name in ("c_kv", "k_rope"):
+        spans = [(start, stop) for entry in outcome.reads or [] if isinstance(entry, list) and len(entry) == 4
+                 for who, start, stop, rows in [entry] if who == name and isinstance(stop, int) and rows >= 0]
+        past = max((stop for _, stop in spans), default=0)
+        rows = sum(max(0, min(stop, S) - max(start, 0)) for start, stop in spans)
+        if past > seq_len:
+            fail(f"rows of {name} up to {past - 1} were read, past seq_len - 1 = {seq_len - 1}", called=str(call),
+                 got=f"{name} read up to row {past - 1}", expected=f"rows 0 .. {seq_len - 1} only",
+                 hint=(f"the whole cache was used ({name}.T, {name} @ ..., or a loop to len({name})) and the rows "
+                       "past seq_len masked afterwards: they may hold NaN, so stop the loop at seq_len"))
+        if rows > seq_len:
+            fail(f"{name} was read {rows / seq_len:.3g} times over (observed)", called=str(call),
+                 got=f"{rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
+                 hint=("a loop over heads that walks the whole cache for every head (or a two-pass softmax: one "
+                       "pass for the max, one for the sum) reads the cache again and again; decode is bound by "
+                       "these reads. Absorb the query of every head, score each block for all H heads at once "
+                       "([H, b]) and keep a running max and sum per head"))
+
+
+# What the function should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {"mla_decode": lambda q_nope, q_rope, c_kv, k_rope, W_uk, W_uv, seq_len, block=256, scale=None:
+              naive(Mla(q_nope, q_rope, c_kv, k_rope, W_uk, W_uv, seq_len), scale)}

@@ -1,0 +1,363 @@
+"""Hidden checks for 14_block_mask.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drill import iocount
+from drill.grader.expect import Call, array, close, fail, matches, note, show
+
+from ._attention_reference import (
+    MEMORY_SIZE,
+    check_peak,
+    observed_call,
+    pair,
+    peak_bytes,
+    quiet_call,
+)
+from ._block_mask_reference import attention, dense_mask, kinds_of, packed, tile_mask
+
+O_ATOL, O_RTOL = 1e-9, 1e-9
+L_ATOL, L_RTOL = 1e-9, 1e-12
+PROBE = Path(__file__).with_name("_block_mask_probe.py")
+KINDS_MEMORY_SIZE = 8192
+KIND_WORDS = {0: "0 (empty: skip)", 1: "1 (partial: mask)", 2: "2 (full: no mask)"}
+
+
+def _mask_words(window, causal) -> str:
+    if window is not None:
+        return f"window={window}"
+    return "causal" if causal else "documents only"
+
+
+# (q lengths or None for the same as kv, kv document lengths, window, causal, Br, Bc)
+CASES = {
+    "packed documents": [(None, [5, 17, 9, 33], None, False, 8, 8), (None, [13, 2, 30], None, False, 4, 16)],
+    "documents, causal": [(None, [5, 17, 9, 33], None, True, 8, 8), (None, [40, 7, 21], None, True, 16, 8)],
+    "sliding window": [(None, [70], 10, False, 8, 8), (None, [45], 1, False, 8, 4), (None, [30], 64, False, 8, 8),
+                       (None, [50], 8, True, 8, 8)],
+    "documents and a window": [(None, [20, 40, 11], 16, False, 8, 16), (None, [33, 33], 5, True, 4, 4)],
+    "sq != sk (queries are the last rows)": [(20, [30, 25], None, True, 8, 8), (13, [30, 25], 7, False, 4, 8),
+                                             (9, [6, 40], None, False, 4, 4)],
+    "one document, ragged tiles": [(None, [37], None, False, 16, 16), (37, [45], None, False, 16, 16),
+                                   (None, [37], None, True, 16, 8)],
+}
+
+
+def _docs(q_len, kv_lengths):
+    kv_doc = packed(kv_lengths)
+    q_doc = kv_doc if q_len is None else kv_doc[-q_len:]
+    return q_doc.copy(), kv_doc.copy()
+
+
+def _inputs(rng, sq, sk, d, spread=1.0):
+    return (rng.normal(scale=spread, size=(sq, d)), rng.normal(size=(sk, d)), rng.normal(size=(sk, d)))
+
+
+# --- block_kinds ---------------------------------------------------------------------------
+
+
+def diagnose_kinds(q_doc, kv_doc, window, causal, Br, Bc, got) -> str:
+    mask = dense_mask(q_doc, kv_doc, window, causal)
+    want = kinds_of(mask, Br, Bc)
+    candidates = [
+        (kinds_of(mask, Br, Bc, padded=True),
+         "a ragged last tile was judged as if it had Br×Bc pairs: the pairs it lacks are not invisible pairs; "
+         "a tile is full when every pair it really holds is visible"),
+        (np.where(want == 0, 0, 3 - want), "kinds 1 and 2 are swapped: 1 is partial (mask it), 2 is full (no mask)"),
+        (kinds_of(dense_mask(q_doc, kv_doc, window, causal, align="top-left"), Br, Bc),
+         "the causal bound is aligned top-left (j <= i); the contract aligns it bottom-right: j <= i + (sk - sq)"),
+        (kinds_of(dense_mask(q_doc, kv_doc, None, False), Br, Bc),
+         "only the documents were used: the causal bound and the window were ignored"),
+        (kinds_of(dense_mask(q_doc, kv_doc, window, causal, docs=False), Br, Bc),
+         "the documents were ignored: query i sees key j only if q_doc[i] == kv_doc[j]"),
+    ]
+    if window is not None:
+        candidates += [
+            (kinds_of(dense_mask(q_doc, kv_doc, window, causal, window_slack=1), Br, Bc),
+             f"the window is one key too wide: keep 0 <= i' - j < window (window = {window} keys, the query's own "
+             "included), not <= window"),
+            (kinds_of(dense_mask(q_doc, kv_doc, window, causal, two_sided=True), Br, Bc),
+             "the window was applied on both sides (|i' - j| < window): a window implies causal, so keys after "
+             "the query (j > i') stay invisible"),
+            (kinds_of(dense_mask(q_doc, kv_doc, None, True), Br, Bc), "the window was ignored: only causal was applied"),
+        ]
+    elif causal:
+        candidates.append((kinds_of(dense_mask(q_doc, kv_doc, None, False), Br, Bc),
+                           "causal=True was ignored"))
+    for cand, hint in candidates:
+        if cand.shape == got.shape and (cand == got).all() and not (cand == want).all():
+            return hint
+    bad = np.argwhere(got != want)
+    if bad.size:
+        i, j = (int(x) for x in bad[0])
+        tile = mask[i * Br:(i + 1) * Br, j * Bc:(j + 1) * Bc]
+        return (f"the first wrong tile is (i = {i}, j = {j}): rows {i * Br}..{i * Br + tile.shape[0] - 1}, keys "
+                f"{j * Bc}..{j * Bc + tile.shape[1] - 1}, where {int(tile.sum())} of {tile.size} pairs are visible, so "
+                f"its kind is {KIND_WORDS[int(want[i, j])]}, not {int(got[i, j])}")
+    return ""
+
+
+def check_kinds(sub, q_doc, kv_doc, window, causal, Br, Bc):
+    sq, sk = len(q_doc), len(kv_doc)
+    call = Call("block_kinds", f"q_doc[{sq}]={show(q_doc, 4)}, kv_doc[{sk}], window={window}, causal={causal}, "
+                               f"Br={Br}, Bc={Bc}")
+    result = quiet_call(sub.block_kinds, call, q_doc.copy(), kv_doc.copy(), window, causal, Br, Bc)
+    Tr, Tc = -(-sq // Br), -(-sk // Bc)
+    if isinstance(result, np.ndarray) and result.shape != (Tr, Tc):
+        fail("kinds has the wrong shape", called=str(call), got=f"shape {result.shape}",
+             expected=f"shape ({Tr}, {Tc}): Tr = ceil(sq / Br) by Tc = ceil(sk / Bc)",
+             hint="count the ragged last tiles too: ceil division, -(-sq // Br)")
+    got = array(result, call, shape=(Tr, Tc), what="kinds")
+    want = kinds_of(dense_mask(q_doc, kv_doc, window, causal), Br, Bc)
+    if not (got == want).all():
+        fail("kinds differ from the dense mask's tiles", called=str(call),
+             got=f"{got.astype(int).tolist() if got.size <= 40 else show(got.astype(int))}",
+             expected=f"{want.tolist() if want.size <= 40 else show(want)}",
+             hint=diagnose_kinds(q_doc, kv_doc, window, causal, Br, Bc, got))
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_kinds(sub, case):
+    """block_kinds matches the dense mask tile by tile (0 empty, 1 partial, 2 full)"""
+    for q_len, lengths, window, causal, Br, Bc in CASES[case]:
+        q_doc, kv_doc = _docs(q_len, lengths)
+        check_kinds(sub, q_doc, kv_doc, window, causal, Br, Bc)
+
+
+def test_kinds_any_document_ids(sub, rng):
+    """Document ids are labels, not positions: any integers, in any order"""
+    lengths = [9, 14, 3, 22]
+    kv_doc = packed(lengths, rng=rng, shuffle_ids=True)
+    check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, True, 8, 8)
+    check_kinds(sub, kv_doc.copy(), kv_doc.copy(), 6, False, 4, 8)
+
+
+def test_kinds_memory(sub):
+    """block_kinds at sq = sk = 8192 never builds an sq×sk mask (peak memory measured)"""
+    n, B = KINDS_MEMORY_SIZE, 128
+    kv_doc = packed([1000, 3000, 192, 2000, 2000])
+    call = Call("block_kinds", f"q_doc, kv_doc [{n}] (5 documents), window=None, causal=True, Br={B}, Bc={B}")
+    peak, result = peak_bytes(quiet_call, sub.block_kinds, call, kv_doc.copy(), kv_doc.copy(), None, True, B, B)
+    if peak > 12 * 2**20:
+        fail(f"block_kinds held {peak / 2**20:.1f} MiB at its peak: that is an sq×sk mask, not tiles",
+             called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=f"under 12 MiB (a {n}×{n} boolean mask is {n * n / 2**20:.0f} MiB)",
+             hint="judge each [Br, Bc] tile from its own rows and columns (q_doc[rows][:, None] == kv_doc[cols]), "
+                  "or from document boundaries, never from a mask of the whole sequence")
+    note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; a {n}×{n} boolean mask is "
+         f"{n * n / 2**20:.0f} MiB)")
+    got = array(result, call, shape=(n // B, n // B), what="kinds")
+    want_rows = slice(0, 4)  # spot-check: the dense mask of four query tiles
+    mask = dense_mask(kv_doc[:4 * B], kv_doc, None, True)
+    mask &= np.arange(n)[None, :] <= np.arange(4 * B)[:, None]
+    close(got[want_rows], kinds_of(mask, B, B), call, atol=0, what="kinds (first 4 rows of tiles)",
+          hint="memory is fine but the kinds are wrong; the other checks name the mistake")
+
+
+# --- masked_flash_forward ------------------------------------------------------------------
+
+
+def call_forward(sub, Q, K, V, q_doc, kv_doc, **kw):
+    args = (f"Q[{Q.shape[0]}x{Q.shape[1]}], K, V[{K.shape[0]}x{K.shape[1]}], q_doc={show(q_doc, 4)}, "
+            f"kv_doc[{len(kv_doc)}]" + "".join(f", {k}={v}" for k, v in kw.items()))
+    call = Call("masked_flash_forward", args)
+    result = quiet_call(sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(), kv_doc.copy(), **kw)
+    O, L = pair(result, call, "O, L", ((Q.shape[0], V.shape[1]), (Q.shape[0],)))
+    return call, O, L
+
+
+def diagnose_forward(Q, K, V, q_doc, kv_doc, kw, got, index) -> str:
+    window, causal = kw.get("window"), kw.get("causal", False)
+    Br, Bc, scale = kw.get("Br", 16), kw.get("Bc", 16), kw.get("scale")
+    mask = dense_mask(q_doc, kv_doc, window, causal)
+    kinds = kinds_of(mask, Br, Bc)
+    d = Q.shape[1]
+    masks = [
+        (tile_mask(mask, kinds, Br, Bc, partial_as=2),
+         "partial tiles (kind 1) were used without their mask: only full tiles may skip it"),
+        (tile_mask(mask, kinds, Br, Bc, partial_as=0),
+         "partial tiles (kind 1) were skipped: only empty tiles (kind 0) may be; mask the partial ones"),
+        (tile_mask(mask, kinds, Br, Bc, full_as=0), "full tiles (kind 2) were skipped: they hold visible pairs"),
+        (dense_mask(q_doc, kv_doc, window, causal, docs=False), "the documents were ignored"),
+        (dense_mask(q_doc, kv_doc, window, causal, align="top-left"),
+         "the causal bound is aligned top-left; the contract aligns it bottom-right: j <= i + (sk - sq)"),
+        (dense_mask(q_doc, kv_doc, None, False), "only the documents were used: the causal bound and the window "
+                                                 "were ignored"),
+    ]
+    if window is not None:
+        masks += [(dense_mask(q_doc, kv_doc, window, causal, window_slack=1),
+                   "the window is one key too wide: 0 <= i' - j < window, not <= window"),
+                  (dense_mask(q_doc, kv_doc, window, causal, two_sided=True),
+                   "the window was applied on both sides: a window implies causal")]
+    scales = [(1.0, "the scores were not scaled (1/√d when scale is None)"), (1.0 / d, "the default scale is 1/√d, "
+                                                                                    "not 1/d")]
+    with np.errstate(all="ignore"):
+        for m, hint in masks:
+            if not (m == mask).all() and matches(got, attention(Q, K, V, m, scale)[index], atol=1e-8):
+                return hint
+        if scale is None:
+            for s, hint in scales:
+                if matches(got, attention(Q, K, V, mask, s)[index], atol=1e-8):
+                    return hint
+        elif matches(got, attention(Q, K, V, mask, None)[index], atol=1e-8):
+            return "the scale argument was ignored"
+    return ""
+
+
+def check_forward(sub, Q, K, V, q_doc, kv_doc, *, o_atol=O_ATOL, l_atol=L_ATOL, **kw):
+    call, O, L = call_forward(sub, Q, K, V, q_doc, kv_doc, **kw)
+    mask = dense_mask(q_doc, kv_doc, kw.get("window"), kw.get("causal", False))
+    O_ref, L_ref = attention(Q, K, V, mask, kw.get("scale"))
+    nan_hint = ("NaN: a row that has seen no visible key yet computed exp(-inf - (-inf)); shift such rows by 0 "
+                "instead of their -inf max, and give rows with l = 0 O = 0 and L = -inf")
+    for got, want, what, atol, rtol, index in ((O, O_ref, "O", o_atol, O_RTOL, 0),
+                                               (L, L_ref, "L (the logsumexp of each row)", l_atol, L_RTOL, 1)):
+        if np.isnan(got).any() or not matches(got, want, atol=atol * 100):
+            hint = "" if np.isnan(got).any() else diagnose_forward(Q, K, V, q_doc, kv_doc, kw, got, index)
+            close(got, want, call, atol=atol, rtol=rtol, what=what, hint=hint, nan_hint=nan_hint)
+        close(got, want, call, atol=atol, rtol=rtol, what=what)
+    return O, L
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_forward(sub, rng, case):
+    """masked_flash_forward matches dense masked attention"""
+    for q_len, lengths, window, causal, Br, Bc in CASES[case]:
+        q_doc, kv_doc = _docs(q_len, lengths)
+        Q, K, V = _inputs(rng, len(q_doc), len(kv_doc), 8, spread=1.5)
+        check_forward(sub, Q, K, V, q_doc, kv_doc, window=window, causal=causal, Br=Br, Bc=Bc)
+
+
+def test_default_blocks(sub, rng):
+    """The defaults (window=None, causal=False, Br = Bc = 16) work when they are not passed"""
+    kv_doc = packed([30, 11, 23])
+    Q, K, V = _inputs(rng, 64, 64, 8)
+    check_forward(sub, Q, K, V, kv_doc, kv_doc)
+
+
+def test_rows_without_keys(sub, rng):
+    """Rows that see no key (a document absent from the keys, or before the first key) give O = 0, L = -inf"""
+    kv_doc = packed([20, 15])
+    q_doc = np.concatenate([packed([10, 8]), np.full(6, 99)])  # 99: padding that matches no key
+    Q, K, V = _inputs(rng, len(q_doc), len(kv_doc), 8)
+    check_forward(sub, Q, K, V, q_doc, kv_doc, Br=8, Bc=8)
+    kv_doc = packed([12])
+    q_doc = packed([30])  # sq > sk, causal: the first 18 rows come before every key
+    Q, K, V = _inputs(rng, 30, 12, 4)
+    check_forward(sub, Q, K, V, q_doc, kv_doc, causal=True, Br=8, Bc=4)
+    check_forward(sub, Q, K, V, q_doc, kv_doc, window=3, Br=4, Bc=8)
+
+
+def test_explicit_scale(sub, rng):
+    """An explicit scale replaces 1/√d"""
+    kv_doc = packed([17, 23])
+    Q, K, V = _inputs(rng, 40, 40, 8)
+    for scale in (0.37, 2.0):
+        check_forward(sub, Q, K, V, kv_doc, kv_doc, causal=True, Br=8, Bc=8, scale=scale)
+
+
+def test_large_logits(sub, rng):
+    """Scores of magnitude 1e3 to 1e4 neither overflow nor lose accuracy"""
+    kv_doc = packed([25, 19, 20])
+    Q, K, V = _inputs(rng, 64, 64, 8)
+    Q = Q / np.linalg.norm(Q, axis=1, keepdims=True) * rng.uniform(1e3, 1e4, size=(64, 1)) / 3.0
+    check_forward(sub, Q, K, V, kv_doc, kv_doc, window=12, Br=8, Bc=16, o_atol=1e-7, l_atol=1e-7)
+
+
+def test_forward_memory(sub, rng):
+    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix or dense mask"""
+    n, d = MEMORY_SIZE, 16
+    kv_doc = packed([700, 1500, 396, 1500])
+    Q, K, V = _inputs(rng, n, n, d)
+    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal=True, Br=128, Bc=128")
+    peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(),
+                              kv_doc.copy(), kv_doc.copy(), causal=True, Br=128, Bc=128)
+    check_peak(peak, call, "masked_flash_forward")
+    note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; one {n}×{n} float64 score matrix is "
+         f"{n * n * 8 / 2**20:.0f} MiB, a boolean mask {n * n / 2**20:.0f} MiB)")
+    O, L = pair(result, call, "O, L", ((n, d), (n,)))
+    rows = slice(n - 64, n)
+    mask = dense_mask(kv_doc[rows], kv_doc, None, False)
+    mask &= np.arange(n)[None, :] <= np.arange(n - 64, n)[:, None]
+    close(O[rows], attention(Q[rows], K, V, mask)[0], call, atol=O_ATOL, rtol=O_RTOL, what="O (last 64 rows)",
+          hint="memory is fine, but O is wrong at this size; the other checks name the mistake")
+
+
+# --- how the work is done (observed inside your process) -----------------------------------
+
+# Documents and windows whose tiles are mostly empty: (kv lengths, window, causal, Br, Bc).
+# d = 5 differs from every tile size, so no [rows, d] array is taken for a tile.
+SPARSE = {"documents, causal": ([24, 40, 16, 32], None, True, 8, 8),
+          "sliding window": ([96], 12, False, 8, 8),
+          "documents and a window": ([48, 48], 10, False, 8, 16)}
+
+
+def _observe(sub, rng, case):
+    lengths, window, causal, Br, Bc = SPARSE[case]
+    kv_doc = packed(lengths)
+    n = len(kv_doc)
+    Q, K, V = _inputs(rng, n, n, 5)
+    kw = dict(window=window, causal=causal, Br=Br, Bc=Bc)
+    call = Call("masked_flash_forward", f"Q, K, V [{n}x5], documents {lengths}, window={window}, causal={causal}, "
+                                        f"Br={Br}, Bc={Bc}")
+    sub.use_helper(PROBE)
+    kinds = kinds_of(dense_mask(kv_doc, kv_doc, window, causal), Br, Bc)
+    outcome = observed_call(sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), kv_doc.copy(),
+                            kv_doc.copy(), record={0: "Q", 1: "K", 2: "V"},
+                            helper={"module": PROBE.stem, "spec": {"tile": [Br, Bc]}}, **kw)
+    O, L = pair(outcome.result, call, "O, L", ((n, 5), (n,)))
+    O_ref, _ = attention(Q, K, V, dense_mask(kv_doc, kv_doc, window, causal))
+    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake")
+    return call, n, kinds, outcome
+
+
+@pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
+def test_skips_empty_tiles(sub, rng, case):
+    """No score tile is computed for an empty block (observed: rows of Q and K read)"""
+    call, n, kinds, outcome = _observe(sub, rng, case)
+    _, _, _, Br, Bc = SPARSE[case]
+    reads, truncated = iocount.summarize(outcome.reads, {"Q": n, "K": n, "V": n})
+    if truncated:
+        fail("your code made more than 200,000 separate reads of its inputs", called=str(call),
+             hint="read blocks of rows (K[j:j + Bc]), not single elements")
+    heights = np.array([min(Br, n - i * Br) for i in range(kinds.shape[0])])
+    widths = np.array([min(Bc, n - j * Bc) for j in range(kinds.shape[1])])
+    live = kinds > 0
+    k_needed = int((live * widths[None, :]).sum())  # K rows read when Q blocks are outside
+    q_needed = int((live * heights[:, None]).sum())  # Q rows read when K/V blocks are outside
+    q_rows, k_rows = reads["Q"].rows, reads["K"].rows
+    q_outside = k_rows <= k_needed and q_rows <= max(n, q_needed)
+    kv_outside = q_rows <= q_needed and k_rows <= max(n, k_needed)
+    if q_outside or kv_outside:
+        return
+    empty = int((kinds == 0).sum())
+    fail(f"the inputs were read as if empty tiles were computed too ({empty} of {kinds.size} tiles are empty) "
+         "(observed)", called=str(call),
+         got=f"Q rows read {q_rows}, K rows read {k_rows}",
+         expected=(f"K rows at most {k_needed} (the widths of the non-empty tiles, Q blocks outside) or Q rows at "
+                   f"most {q_needed} (K/V blocks outside)"),
+         hint=("every (query block, key block) pair was visited and the mask applied afterwards: loop only over "
+               "the key blocks whose kind is not 0 (np.flatnonzero(kinds[i])), so an empty tile costs no load and "
+               "no matmul" if k_rows < n * kinds.shape[0] + 1 else
+               "K or Q was read whole (K.T, K * scale, np.max(K)) or more than once per tile: slice the blocks of "
+               "the non-empty tiles from the arrays you were given"))
+
+
+@pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
+def test_full_tiles_unmasked(sub, rng, case):
+    """No mask is applied to a full tile (observed: np.where on a score tile whose pairs are all visible)"""
+    call, n, kinds, outcome = _observe(sub, rng, case)
+    masked_full = outcome.extra.get("all_visible", 0)
+    if not isinstance(masked_full, int) or masked_full <= 0:
+        return
+    full = int((kinds == 2).sum())
+    fail(f"a mask was applied {masked_full} times with every pair of the tile visible (observed)", called=str(call),
+         got=f"np.where(mask, s, -inf) with an all-True mask on {masked_full} score tiles",
+         expected=f"masks on partial tiles (kind 1) only; the {full} full tiles (kind 2) use their scores as they are",
+         hint=("the mask was built and applied for every tile that is not empty: check the tile's kind first, "
+               "and skip the mask (and building it) when the kind is 2; that is what makes full tiles as cheap as "
+               "unmasked attention"))

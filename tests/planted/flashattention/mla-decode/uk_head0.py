@@ -1,0 +1,36 @@
+# drill: flashattention/mla-decode
+# planted: every head absorbs head 0's W_uk
+# expect-fail: A small cache (H = 4, S = 40, block = 16)
+# expect-fail: Matches naive MLA for several head counts and widths
+# expect-fail: The absorbed latent part alone
+"""Planted mistake: every head absorbs head 0's W_uk."""
+
+import math
+
+import numpy as np
+
+
+def mla_decode(q_nope, q_rope, c_kv, k_rope, W_uk, W_uv, seq_len, block=256, scale=None):
+    """One decode step of MLA over the first seq_len rows of the latent cache: returns o [H, d_v]."""
+    H, d_nope = q_nope.shape
+    d_rope = q_rope.shape[1]
+    d_c = c_kv.shape[1]
+    scale = 1.0 / math.sqrt(d_nope + d_rope) if scale is None else scale
+    # Absorb W_uk into the query: q_nope[h] · (c W_uk[h]) = (W_uk[h] q_nope[h]) · c.
+    q_lat = np.einsum("cn,hn->hc", W_uk[0], q_nope)  # [H, d_c]
+    m = np.full(H, -np.inf)
+    l = np.zeros(H)
+    acc = np.zeros((H, d_c))  # unnormalised weighted sum of latent rows, per head
+    for start in range(0, seq_len, block):
+        stop = min(start + block, seq_len)  # rows at or past seq_len are never touched
+        c = c_kv[start:stop]  # [b, d_c]
+        r = k_rope[start:stop]  # [b, d_rope], one RoPE key shared by every head
+        s = (q_lat @ c.T + q_rope @ r.T) * scale  # [H, b]
+        m_new = np.maximum(m, s.max(axis=1))
+        alpha = np.exp(m - m_new)  # 0 on the first block (m = -inf, m_new finite)
+        p = np.exp(s - m_new[:, None])
+        l = alpha * l + p.sum(axis=1)
+        acc = alpha[:, None] * acc + p @ c
+        m = m_new
+    # Normalise in the latent space, then up-project with each head's own W_uv.
+    return np.einsum("hc,hcv->hv", acc / l[:, None], W_uv)
