@@ -1,7 +1,7 @@
 # drill: flashattention/flash-forward
 # planted: the inputs are converted with np.asarray, then used whole per query chunk: the reads
 # cannot be counted, and the check must say so rather than pass
-# expect-fail: K and V stream through in blocks of Bc rows, one pass per Q block
+# expect-fail: K and V stream through in blocks of Bc rows
 import math
 
 import numpy as np

@@ -1,6 +1,6 @@
 # drill: flashattention/flash-forward
 # planted: a two-pass softmax over K blocks: a first pass finds each row's max, a second sums
-# expect-fail: K and V stream through in blocks of Bc rows, one pass per Q block
+# expect-fail: K and V stream through in blocks of Bc rows
 """The tiled forward pass (FlashAttention-2 loop order): reference solution."""
 
 import math

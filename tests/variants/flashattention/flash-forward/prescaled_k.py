@@ -1,6 +1,5 @@
 # drill: flashattention/flash-forward
-# planted: K is scaled as a whole up front (K * scale), which reads all of K at once
-# expect-fail: K and V stream through in blocks of Bc rows, one pass per Q block
+# variant: all of K is scaled by 1/sqrt(d) up front (one elementwise pass), as Triton's tutorial scales by sm_scale·log2(e)
 """The tiled forward pass (FlashAttention-2 loop order): reference solution."""
 
 import math
