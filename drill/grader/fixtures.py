@@ -39,3 +39,10 @@ def rng(request):
     import numpy as np
 
     return np.random.default_rng([_run_seed, zlib.crc32(request.node.nodeid.encode())])
+
+
+def pytest_configure(config):
+    """`@pytest.mark.observed`: the check's claim rests on what the subject reports about itself (advice)."""
+    config.addinivalue_line(
+        "markers", "observed: a structural claim seen from inside the subject (read logs, launches, "
+                   "warnings): it can fail a check, never verify one")
