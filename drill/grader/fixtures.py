@@ -24,11 +24,6 @@ def seed(n: int = 0) -> int:
     return int(np.random.SeedSequence([_run_seed, int(n)]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "observed: a structural claim seen from inside the subject (advice: it can "
-                                       "fail an honest mistake, never stand alone between a shortcut and a pass)")
-
-
 @pytest.fixture
 def sub():
     """The user's module, loaded by the grader before the checks run."""
@@ -44,3 +39,10 @@ def rng(request):
     import numpy as np
 
     return np.random.default_rng([_run_seed, zlib.crc32(request.node.nodeid.encode())])
+
+
+def pytest_configure(config):
+    """`@pytest.mark.observed`: the check's claim rests on what the subject reports about itself (advice)."""
+    config.addinivalue_line(
+        "markers", "observed: a structural claim seen from inside the subject (read logs, launches, "
+                   "warnings): it can fail a check, never verify one")

@@ -98,16 +98,23 @@ class Launches:
         self.patched: list = []
 
     def __enter__(self):
+        # `run` as the class resolves it (through its bases too), installed on the class itself:
+        # moving `run` to a base class is still watched. Whatever else dodges the hook (an
+        # instance attribute, another launch path) records no launch, and no launch fails.
         for cls in _kernel_classes():
-            original = cls.__dict__.get("run")
-            if original is not None:
+            original = getattr(cls, "run", None)
+            if callable(original):
+                own = "run" in cls.__dict__
                 cls.run = self._wrap(original)
-                self.patched.append((cls, original))
+                self.patched.append((cls, original, own))
         return self
 
     def __exit__(self, *exc):
-        for cls, original in self.patched:
-            cls.run = original
+        for cls, original, own in self.patched:
+            if own:
+                cls.run = original
+            else:
+                del cls.run
 
     def _wrap(self, original):
         seen, user_file = self.seen, self.user_file
@@ -149,12 +156,15 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
     device = str(spec["device"])
     tensors = []
     for array, layout in zip(args, spec["tensors"]):
+        if layout.get("keep_dtype"):  # integer inputs (seq_lens) keep theirs, with no guard
+            tensors.append(torch.from_numpy(np.ascontiguousarray(array)).to(device=device))
+            continue
         values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
         fill = math.nan if layout.get("guard") == "nan" else float(layout.get("guard", 0.0))
         tensors.append(guarded(values, values.shape, layout["stride"], fill))
     poison = PoisonAllocations(user_file)
     with Launches(user_file) as launches, poison:
-        out = fn(*tensors, **kwargs)
+        out = fn(*tensors, *args[len(tensors):], **kwargs)
     plain = type(out) is torch.Tensor  # a subclass's methods could say anything: it does not cross
     observed = {
         "type": type(out).__name__, "plain": plain, "overran": poison.overran(),

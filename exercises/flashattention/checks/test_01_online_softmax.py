@@ -204,6 +204,79 @@ def test_softmax_leaves_input_alone(sub, rng):
              hint="work on a copy, or write results into a new array")
 
 
+# --- streaming, seen in the values ------------------------------------------------------------
+#
+# A running sum rounds once per block: l + s, with s the block's own sum. Where every logit but
+# the row's max sits below half a unit in the last place of l, and a block's sum a little above a
+# whole number of them, each block adds a whole number of units, dropping the rest: the running l
+# ends up measurably (about 1e-13) below the exact sum that a one-shot softmax (np.sum, pairwise)
+# computes, and below it by an amount that depends on block_size. Every way of keeping (m, l)
+# block by block lands on the same l, to a few units; a one-shot softmax, or blocks of another
+# size, land elsewhere.
+STREAM_BLOCKS = 6000  # blocks per row: the gap grows with their number, ~0.3 units of 2^-52 each
+STREAM_RTOL = 3e-14   # honest variants (vectorised rows, lse tracking, exp2) measured within 4e-15
+ULP_ONE = 2.0 ** -52
+
+
+def absorbing_row(rng, block_size: int, n_blocks: int = STREAM_BLOCKS) -> np.ndarray:
+    """A row whose streamed sum rounds block by block away from its exact sum (max 0 in the first block)."""
+    b = block_size
+    if b == 1:
+        s = rng.uniform(0.2, 0.35)  # each term is absorbed outright: the running l never moves
+    elif b == 2:
+        s = 1.0 - rng.uniform(0.2, 0.35)  # each pair rounds up to one unit
+    else:
+        s = int(rng.integers(1, int(b / 2 - 0.35) + 1)) + rng.uniform(0.2, 0.35)
+    x = np.full(n_blocks * b, math.log(s / b * ULP_ONE))
+    x[int(rng.integers(0, b))] = 0.0
+    return x
+
+
+def streamed_softmax(rows: np.ndarray, block_size: int) -> np.ndarray:
+    """The softmax a block-by-block (m, l) gives, rounding as it goes: the reference fold, per row."""
+    out = np.empty_like(rows)
+    for r, x in enumerate(rows):
+        m, l = -math.inf, 0.0
+        for i in range(0, x.shape[0], block_size):
+            m, l = reference_update(m, l, x[i:i + block_size])
+        out[r] = np.exp(x - m) / l
+    return out
+
+
+def _rel_gap(got, want) -> float:
+    return float(np.max(np.abs(got - want) / np.abs(want)))
+
+
+def test_softmax_streams_in_blocks(sub, rng):
+    """online_softmax keeps its running sum block by block, at the block size asked for"""
+    for block_size in (1, 4, 37):
+        rows = np.stack([absorbing_row(rng, block_size) for _ in range(2)])
+        call = Call("online_softmax", f"x[{rows.shape[0]}x{rows.shape[1]}] (logits 0 and tiny ones), "
+                                      f"block_size={block_size}")
+        got = array(sub.online_softmax(rows.copy(), block_size), call, shape=rows.shape, what="the softmax")
+        want = streamed_softmax(rows, block_size)
+        if np.all(np.isfinite(got)) and _rel_gap(got, want) <= STREAM_RTOL:
+            continue
+        e = np.exp(rows)
+        one_shot = e / e.sum(axis=1, keepdims=True)
+        hint = ""
+        if np.all(np.isfinite(got)) and _rel_gap(got, one_shot) <= STREAM_RTOL:
+            hint = ("this is the one-shot softmax (one max and one sum over the whole row): the running sum was "
+                    "not built block by block; loop over the columns in blocks of block_size and update m and l "
+                    "per block (the rounding of a running sum differs measurably from a single np.sum here)")
+        else:
+            for other in (1, 2, 4, 8, 16, 32, 37, 64, 128):
+                if other != block_size and np.all(np.isfinite(got)) and \
+                        _rel_gap(got, streamed_softmax(rows, other)) <= STREAM_RTOL:
+                    hint = (f"the values match streaming in blocks of {other}, not of block_size = {block_size}: "
+                            "step through the columns block_size at a time")
+                    break
+        fail("online_softmax does not round like a running (m, l) kept block by block",
+             called=str(call), got=f"largest relative gap to a block-by-block fold: {_rel_gap(got, want):.3g}",
+             expected=f"within {STREAM_RTOL:g} of folding online_softmax_update over blocks of {block_size}",
+             hint=hint)
+
+
 # What each function should return, for `drill check --repro` (values only reach the learner).
 REFERENCES = {"online_softmax_update": reference_update,
               "online_softmax": lambda x, block_size: reference_softmax(x)}

@@ -214,6 +214,7 @@ def test_returns_new_tensor_inputs_unchanged(sub, mode):
     tf.verdict(out, ref, tol, call, diagnose(sub, out, *before, False, 0.5, ref, tol), naive_err)
 
 
+@pytest.mark.observed
 def test_launch_grid(sub, mode):
     """Your @triton.jit kernel does the work, one program per (query block, batch·head)"""
     B, H, S, D = pick((2, 3, 70, 32), (2, 3, 300, 64))
@@ -224,10 +225,11 @@ def test_launch_grid(sub, mode):
     call = tf.describe(q, False, None)
     out, launches = tf.call_user(sub, q, k, v)
     mine = [launch for launch in launches if launch.mine]
-    if not mine and launches.watching:
+    if not mine:  # fails closed: no launch seen from the user's file, whatever the reason, is no pass
         others = ", ".join(sorted({f"{launch.kernel} ({launch.file})" for launch in launches}))
         fail("no @triton.jit kernel from your file was launched", called=call,
-             got=f"launches: {others}" if others else "no Triton launch at all",
+             got=(f"launches: {others}" if others else "no Triton launch at all" if launches.watching
+                  else "no Triton launch could be watched (was triton's JITFunction.run replaced?)"),
              expected="_flash_forward_kernel[grid](...) from your file",
              hint="the exercise is the kernel: compute o inside _flash_forward_kernel, not with torch "
                   "operations or another module's kernel")

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from drill.grader.expect import Call, close, matches
+from drill.grader.expect import Call, close, fail, matches
 
-from ._attention_reference import attention, pair, quiet_call
+from ._attention_reference import attention, pair, peak_bytes, quiet_call
 from ._decode_reference import chunk_bounds, merge, partials
 
 O_ATOL, O_RTOL = 1e-10, 1e-9
@@ -238,3 +238,37 @@ def test_explicit_scale(sub, rng):
     for scale in (0.37, 2.0):
         check_partials(sub, q, K, V, 4, scale=scale)
         check_decode(sub, q, K, V, 4, scale=scale)
+
+
+# A long cache and a few query rows: one score row per query over the whole cache is megabytes,
+# one chunk's rows are kilobytes. The inputs (K and V) count in the peak, so they are kept small
+# (d = 2); the budget sits far below one [sq, sk] float64 array and far above a chunk's.
+LONG_SK, LONG_SQ, LONG_D, LONG_SPLITS = 1 << 17, 32, 2, 128
+FULL_ROW_BYTES = LONG_SQ * LONG_SK * 8  # 32 MiB: one [sq, sk] float64 array
+LONG_BUDGET_BYTES = 16 * 2**20  # inputs 4 MiB; a chunk's scores [32, 1024] are 256 KiB; FlashDecoding measured 7.6 MiB
+
+
+def test_long_cache_memory(sub, rng):
+    """Over a long cache no chunk holds the whole score row: peak memory stays far below one [sq, sk] array"""
+    q, K, V = _inputs(rng, LONG_SQ, LONG_SK, LONG_D)
+    for name in ("flash_decode", "split_kv_partials"):
+        call = Call(name, _describe(q, K, LONG_SPLITS, {}))
+        peak, result = peak_bytes(quiet_call, getattr(sub, name), call, q.copy(), K.copy(), V.copy(), LONG_SPLITS,
+                                  _hints=WARNING_HINTS)
+        if peak > LONG_BUDGET_BYTES:
+            fail(f"{name} held {peak / 2**20:.1f} MiB at its peak over a cache of {LONG_SK} keys",
+                 called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call (inputs included)",
+                 expected=(f"under {LONG_BUDGET_BYTES / 2**20:.0f} MiB: K and V are {2 * K.nbytes / 2**20:.0f} MiB, "
+                           f"one chunk's scores {LONG_SQ}x{LONG_SK // LONG_SPLITS} are "
+                           f"{LONG_SQ * (LONG_SK // LONG_SPLITS) * 8 / 2**10:.0f} KiB, and one score row per query "
+                           f"over the whole cache, [{LONG_SQ}, {LONG_SK}], is {FULL_ROW_BYTES / 2**20:.0f} MiB"),
+                 hint=("the scores of the whole cache were materialised at once (full attention, not split-KV): "
+                       "compute each chunk's scores, softmax and partial output from its own keys alone, then "
+                       "merge the partials" if name == "flash_decode" else
+                       "split_kv_partials built the scores over the whole cache, then cut them: compute S for one "
+                       "chunk of keys at a time, q @ K[start:stop].T"))
+        if name == "flash_decode":
+            o, lse = pair(result, call, "o, lse", ((LONG_SQ, LONG_D), (LONG_SQ,)))
+            o_ref, lse_ref = attention(q, K, V, False, None)
+            close(o, o_ref, call, atol=O_ATOL, rtol=O_RTOL, what="o (attention over the whole cache)",
+                  hint="memory is fine, but o is wrong at this size; the other checks name the mistake")

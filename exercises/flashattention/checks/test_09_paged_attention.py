@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from drill.grader.expect import Call, array, close, matches
+from drill.grader.expect import Call, array, close, fail, matches
 
-from ._attention_reference import quiet_call
-from ._paged_reference import build_pool, gathered, probe, reference
+from ._attention_reference import peak_bytes, quiet_call
+from ._paged_reference import Pool, build_pool, gathered, probe, reference
 
 ATOL, RTOL = 1e-10, 1e-9
 
@@ -181,3 +181,73 @@ def test_large_scores(sub, rng):
     q = _queries(rng, 2, 4, 8)
     q = q / np.linalg.norm(q, axis=2, keepdims=True) * 1e3
     check_paged(sub, rng, q, pool, atol=1e-8)
+
+
+# Finite sentinels, where NaN could be hidden by np.nan_to_num: keys this large dominate every
+# softmax they reach (scores near ±1e6), and values this large move o by ~1e6 for any weight
+# above 1e-12. Read and masked correctly they weigh exactly 0 and change nothing.
+SENTINEL = 1e6
+
+
+def test_unused_slots_hold_finite_sentinels(sub, rng):
+    """Slots past seq_len and unreferenced pages hold huge finite values that never reach the result"""
+    for lens, ps, hkv, spare in [([5, 21, 30, 9], 8, 2, 4), ([1, 17, 40], 16, 1, 6)]:
+        pool = build_pool(rng, lens, ps, hkv, 8, spare=spare, poison=SENTINEL)
+        # the pool's last page (what a -1 table entry reads) is a spare one, full of sentinels
+        last = pool.k_pages.shape[0] - 1
+        if (pool.block_table == last).any():
+            b, p = np.argwhere(pool.block_table == last)[0]
+            spare_page = next(i for i in range(last) if not (pool.block_table == i).any())
+            for arr in (pool.k_pages, pool.v_pages):
+                arr[[last, spare_page]] = arr[[spare_page, last]]
+            pool.block_table[pool.block_table == last] = -2
+            pool.block_table[pool.block_table == spare_page] = last
+            pool.block_table[pool.block_table == -2] = spare_page
+        q = _queries(rng, len(lens), 2 * hkv, 8)
+        call, o = call_paged(sub, q, pool)
+        want = reference(q, pool)
+        hint = ""
+        if not matches(o, want, atol=ATOL * 10):
+            fix = ("gather only the first ceil(seq_len / page_size) pages and cut the keys and values to "
+                   "seq_lens[b] rows (finite garbage there has no NaN to show it, and np.nan_to_num hides nothing)")
+            hint = "a slot past seq_len or a page outside the block table reached the result: " + fix
+            for rule, text in [("whole-pages", "every slot of the last page was read, past seq_len"),
+                               ("whole-table", "every entry of the block-table row was read, -1 included "
+                                               "(k_pages[-1] is the pool's last page)")]:
+                got = gathered(pool, rule)
+                if got is not None and matches(o, reference(q, pool, keys=got[0], values=got[1]), atol=1e-6):
+                    hint = text + ": " + fix
+                    break
+        close(o, want, call, atol=ATOL, rtol=RTOL, what="o", hint=hint, nan_hint=hint)
+
+
+# A block table far wider than any sequence needs (room for long sequences to come): every entry
+# past a sequence's pages is -1. Gathering a whole row reads 2^15 pages (k_pages[-1] each time):
+# 32 MiB of keys per sequence, and as much of values. The pages a sequence holds are a few KiB.
+WIDE_TABLE = 1 << 15
+WIDE_BUDGET_BYTES = 12 * 2**20
+
+
+def test_wide_block_table_memory(sub, rng):
+    """Only the pages a sequence holds are gathered: a block table 32768 entries wide costs no memory"""
+    ps, hkv, d = 16, 1, 8
+    pool = build_pool(rng, [20, 37], ps, hkv, d, spare=2)
+    table = np.full((2, WIDE_TABLE), -1, dtype=np.int64)
+    table[:, :pool.block_table.shape[1]] = pool.block_table
+    pool = Pool(pool.k_pages, pool.v_pages, table, pool.seq_lens, pool.keys, pool.values)
+    q = _queries(rng, 2, 2, d)
+    call = Call("paged_decode", f"q[2x2x{d}], {pool.describe()}")
+    peak, result = peak_bytes(quiet_call, sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
+                              pool.block_table.copy(), pool.seq_lens.copy(), _hints=WARNING_HINTS)
+    row_bytes = WIDE_TABLE * ps * hkv * d * 8
+    if peak > WIDE_BUDGET_BYTES:
+        fail(f"paged_decode held {peak / 2**20:.1f} MiB at its peak for two sequences of 20 and 37 keys",
+             called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call (inputs included)",
+             expected=(f"under {WIDE_BUDGET_BYTES / 2**20:.0f} MiB: the live pages are a few KiB; gathering every "
+                       f"entry of a table row ({WIDE_TABLE} pages, -1 read as the pool's last page) is "
+                       f"{row_bytes / 2**20:.0f} MiB of keys alone"),
+             hint="every entry of the block-table row was gathered, -1 included: use only the first "
+                  "ceil(seq_len / page_size) entries, block_table[b, :ceil(seq_lens[b] / page_size)]")
+    o = array(result, call, shape=(2, 2, d), what="o")
+    close(o, reference(q, pool), call, atol=ATOL, rtol=RTOL, what="o",
+          hint="memory is fine, but o is wrong; the other checks name the mistake")

@@ -228,6 +228,56 @@ def test_large_scores(sub, mode):
     check(sub, q, k, v, sl, num_splits=3, atol=ATOL[q.dtype] * 10)
 
 
+LAUNCH_PROBE = Path(__file__).with_name("_triton_probe.py")  # 07's launch recorder, run in the subject
+
+
+def user_decode_watched(sub, q, k, v, seq_lens, num_splits):
+    """The user's flash_decode run through the launch probe: (o as an array or None, what the probe saw)."""
+    from . import _triton_forward_support as tf
+
+    sub.use_helper(LAUNCH_PROBE)
+    spec = {"device": str(q.device), "dtype": str(q.dtype).removeprefix("torch."),
+            "tensors": [{"stride": list(t.stride()), "guard": "nan"} for t in (q, k, v)] + [{"keep_dtype": True}]}
+    outcome = sub.flash_decode.observe(*(t.detach().float().cpu().numpy() for t in (q, k, v)),
+                                       seq_lens.detach().cpu().numpy(), num_splits=num_splits,
+                                       helper={"module": LAUNCH_PROBE.stem, "spec": spec})
+    observed = outcome.extra.get("observed")
+    observed = observed if isinstance(observed, dict) else {}
+    result = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype.kind == "f" else None
+    return result, tf._launches(observed)
+
+
+@pytest.mark.observed
+def test_kernels_launched_over_the_splits(sub, mode):
+    """Your @triton.jit kernels do the work, the split kernel over (num_splits, B·Hq) programs"""
+    B, Hq, Hkv, splits = 2, 4, 2, 5
+    q, k, v, sl = make_cache(B, Hq, Hkv, pick([37, 20], [900, 400]), pick(16, 64), seed=7)
+    what = describe(q, k, sl, splits)
+    out, launches = user_decode_watched(sub, q, k, v, sl, splits)
+    mine = [launch for launch in launches if launch.mine]
+    if not mine:  # fails closed: no launch seen from the user's file is no pass, whatever hid it
+        others = ", ".join(sorted({f"{launch.kernel} ({launch.file})" for launch in launches}))
+        fail("no @triton.jit kernel from your file was launched", called=what,
+             got=(f"launches: {others}" if others else "no Triton launch at all" if launches.watching
+                  else "no Triton launch could be watched (was triton's JITFunction.run replaced?)"),
+             expected="_decode_split_kernel[(num_splits, B * Hq)](...) and _decode_merge_kernel[(B * Hq,)](...)",
+             hint="the exercise is the kernels: compute the partials and the merge inside your @triton.jit "
+                  "functions, not with torch operations")
+    grids = [launch.grid for launch in mine if launch.grid is not None]
+    split = [g for g in grids if splits in g and math.prod(g) == splits * B * Hq]
+    if grids and not split:
+        fail(f"no launch of your kernels spans num_splits = {splits} splits", called=what,
+             got="grids " + ", ".join(str(list(g)) for g in grids),
+             expected=f"the split kernel's grid (num_splits, B * Hq) = ({splits}, {B * Hq})",
+             hint="num_splits was not used as given: launch one program per (split, b·h), "
+                  "grid = (num_splits, B * Hq), and cut each sequence into num_splits chunks")
+    if out is None or out.shape != tuple(q.shape):
+        fail("o did not come back as a tensor [B, Hq, D]", called=what)
+    want = reference(q, k, v, sl)
+    tol = ATOL[q.dtype] * max(1.0, float(np.abs(want).max()))
+    close(out.astype(np.float64), want, what, atol=tol, what="o", nan_hint="o has NaN")
+
+
 # --------------------------------------------------------------------------- GPU only
 
 # (B, Hq, Hkv, S), D = 128, 4.3 and 2.1 GB of K and V: a large batch, and one long sequence, where
