@@ -92,6 +92,8 @@ def report(result: GradeResult, title: str, plain: bool = False) -> RenderableTy
     for index, check in enumerate(result.checks):
         mark, style = MARKS.get(check.status, ("?", "muted"))
         name = Text(check.name)
+        if check.kind == "observed":
+            name.append("  (observed)", style="muted")  # seen from inside your process: advice, not proof
         if id(check) in number_of:
             name.append(f"  [{number_of[id(check)]}]", style="muted")  # short: long names must not wrap
         rows.append((Text(mark, style=style), name, f"{check.seconds:.2f}s"))
@@ -110,6 +112,9 @@ def report(result: GradeResult, title: str, plain: bool = False) -> RenderableTy
         parts.append(Text(result.output.strip()[-800:], style="muted"))
     for note in result.notes:
         parts.append(Text(note, style="muted"))
+    missing = [f"{layer}: {how}" for layer, how in result.layers.items() if not how.startswith("held")]
+    if missing:
+        parts.append(Text("not contained here: " + "; ".join(missing), style="muted"))
     heading = f"{TITLES[result.status]} {escape(title)}"
     tail = f"{result.seconds:.1f}s · sandbox: {result.sandbox}"
     if plain:

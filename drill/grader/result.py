@@ -19,6 +19,7 @@ class CheckResult:
     output: str = ""
     details: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # figures a check reports (drill.grader.expect.note)
+    kind: str = "verified"  # "observed": decided from what the subject reports about itself
 
 
 @dataclass

@@ -249,10 +249,11 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
                          output=clean((first.get("loaded") or first.get("load_error") or {}).get("output", "")))
     checks = [CheckResult(clean(e["name"]), e["status"], clean(e.get("message", "")), e.get("seconds", 0.0),
                           clean(e.get("output", "")), {k: clean(v) for k, v in e.get("details", {}).items()},
-                          [clean(n) for n in e.get("notes", [])])
+                          [clean(n) for n in e.get("notes", [])],
+                          "observed" if e.get("kind") == "observed" else "verified")
               for e in events if e.get("event") == "check"]
     result.checks = checks
-    result.notes += [n for c in checks for n in c.notes]
+    result.notes += list(dict.fromkeys(n for c in checks for n in c.notes))  # each note once
     kinds = set(first)
     load_error = clean(first["load_error"]["message"]) if "load_error" in first else None
     collected = next((e["count"] for e in events if e.get("event") == "collected"), None)
