@@ -31,7 +31,11 @@ class GradeResult:
     seconds: float = 0.0
     output: str = ""  # what the user's code printed outside any check (truncated)
     notes: list[str] = field(default_factory=list)
-    sandbox: str = "partial"  # "full": Landlock confined the user's code; "partial": only processes and limits
+    # "full": Landlock confined the user's code; "partial": only processes and limits; None: nothing ran
+    sandbox: str | None = None
+    traceback: str = ""  # a file that could not be loaded: where, as Python shows it (real path, source, caret)
+    # `drill check -k`: {"keyword": EXPR, "selected": N, "of": M}; empty when every check was asked for
+    selection: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         doc = asdict(self)
