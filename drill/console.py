@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 from rich.console import Console, ConsoleDimensions, RenderableType
@@ -24,7 +25,18 @@ THEME = Theme(
 PIPED_WIDTH = 160
 
 
+# Spaces at the end of a line, before any closing style codes: rich pads table cells and
+# markdown to the width, which a terminal hides but a file or a pipe keeps.
+_TRAILING_SPACES = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.M)
+
+
 class DrillConsole(Console):
+    def _render_buffer(self, buffer) -> str:
+        text = super()._render_buffer(buffer)
+        if not self.is_terminal:
+            text = _TRAILING_SPACES.sub(r"\1", text)
+        return text
+
     def _piped_size(self) -> ConsoleDimensions:
         size = Console.size.fget(self)
         if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS"):
