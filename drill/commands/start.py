@@ -95,7 +95,7 @@ def command(topic: str, directory: Path | None) -> None:
     console.print(boxed(Text(spec.intro.strip()), f"[accent]{spec.title}[/accent]"),
                   soft_wrap=not console.is_terminal)
     console.print(f"Workspace: [accent]{target}[/accent]", soft_wrap=True)
-    if before is not None and before != target:
+    if before is not None and before != target and any((before / ex.file).is_file() for ex in spec.exercises):
         console.print(Text.assemble(
             ("Note: ", "warn"), f"this is now the {topic} workspace: drill check, watch and reset look for a bare "
             f"file name here (after the folder you stand in), no longer in {before}. Your files there are "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -12,6 +13,7 @@ from drill import catalog, progress
 from drill.console import console
 from drill.store import Store
 
+WIDE = 110  # narrower than this, the last results leave the table (the current one is shown below it)
 STYLES = {"passed": "pass", "failing": "fail", "not graded": "error", "not started": "muted"}
 
 
@@ -40,16 +42,23 @@ def command(as_json: bool) -> None:
             "triton": triton_version(),
         }))
         return
-    table = Table(title="Progress", title_justify="left")
-    for column in ("#", "exercise", "needs", "state", "checks passed", "attempts"):
-        table.add_column(column, no_wrap=True, justify="right" if column in ("checks passed", "attempts")
-                         else "left")
-    table.add_column("last result")
+    wide = console.width >= WIDE
+    table = Table(title="Progress", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("#", "exercise", "state", "checks passed", "attempts", "needs"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("checks passed", "attempts") else "left")
+    if wide:
+        table.add_column("last result", ratio=1)  # the one column that wraps, at spaces
     for s in states:
         style = "warn" if s.state_text != s.state else STYLES[s.state]
-        table.add_row(s.exercise.number, s.exercise.id, Text(progress.needs_in_words(s.exercise, short=True)),
-                      f"[{style}]{s.state_text}[/{style}]", s.checks_text, str(s.attempts), Text(s.last or "—"))
+        row = [s.exercise.number, s.exercise.id, f"[{style}]{s.state_text}[/{style}]", s.checks_text,
+               str(s.attempts), progress.needs_in_words(s.exercise, short=True)]
+        table.add_row(*row, *([Text(s.last or "—")] if wide else []))
     console.print(table)
+    if not wide and following is not None:
+        last = next(s.last for s in states if s.exercise == following)
+        if last:
+            console.print(Text(f"Last result of {following.number}: {last}", style="muted"),
+                          soft_wrap=not console.is_terminal)
     line, warning = torch_report()
     console.print(Text(line, style="muted"), soft_wrap=not console.is_terminal)
     if warning:
