@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from contextlib import contextmanager
 
 from rich.console import Console, ConsoleDimensions, RenderableType
 from rich.markup import escape
@@ -71,3 +73,43 @@ def fail_line(message: str) -> None:
     """One plain line on stderr saying why a command could not do its job."""
     # Escaped: messages quote file names and advice such as pip install 'mlsys-drill[plot]'.
     err_console.print(f"[error]drill:[/error] {escape(message)}", soft_wrap=True)
+
+
+@contextmanager
+def single_keys(fd: int = 0):
+    """cbreak mode on a terminal, so keys act without Enter (Ctrl-C still interrupts);
+    yields whether it is on. The terminal is restored however the block ends."""
+    if not os.isatty(fd):
+        yield False
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+_ESCAPE = re.compile(r"\x1b(\[[0-9;]*[A-Za-z~]|O.|.)?")
+
+
+def read_key(fd: int = 0) -> str:
+    """One key from a terminal without waiting for Enter: the character typed, '' for Enter.
+    Arrow keys and other escape sequences are skipped; Ctrl-D raises EOFError."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with single_keys(fd):
+        while True:
+            chunk = os.read(fd, 32)
+            if not chunk or chunk == b"\x04":
+                raise EOFError
+            text = _ESCAPE.sub("", decoder.decode(chunk))
+            for key in text:
+                if key in ("\r", "\n"):
+                    return ""
+                if key.isprintable():
+                    return key

@@ -44,7 +44,7 @@ def test_live_quiz_reveals_rates_and_summarises(term):
     t.type("\r")  # reveal
     t.wait_for("Answer")
     t.wait_for("How well did you know it?")
-    t.type("3\r")  # Good
+    t.type("3")  # Good: a single key, no Enter
     screen = t.wait_for("Reviewed 1 card, 1 right.")
     assert "next review in" in screen
     assert t.exit_status() == 0
@@ -62,6 +62,49 @@ def test_live_quiz_numeric_answer_and_a_typo(term):
     t.type(f"{card.answer:g}\r")
     t.wait_for("Right.")
     t.wait_for("Reviewed 1 card, 1 right.")
+    assert t.exit_status() == 0
+
+
+def test_live_quiz_ratings_are_single_keys(term):
+    recall = [card for card in DECK.cards if card.kind == "recall"][:2]
+    t = term("quiz", "--limit", "2")
+    t.wait_for(recall[0].id)
+    t.type("\r")
+    t.wait_for("How well did you know it?")
+    t.type("x")  # not a rating: asked again at once, nothing graded
+    t.wait_for("Didn't catch that")
+    t.type("e")  # Easy, without Enter
+    t.wait_for(recall[1].id)
+    t.type("\r")
+    t.wait_for("How well did you know it?", limit=10)
+    t.type("\r")  # Enter alone is Good
+    screen = t.wait_for("Reviewed 2 cards, 2 right.")
+    assert t.exit_status() == 0
+
+
+def test_live_quiz_choice_is_a_single_key(term):
+    from drill import reviews
+
+    deck = {card.id: card for card in cards.all_cards()}
+    with Store() as store:
+        order = reviews.due_now(store, deck)
+    first_choice = next(i for i, card_id in enumerate(order) if deck[card_id].kind == "choice")
+    t = term("quiz", "--limit", str(first_choice + 1))
+    for position, card_id in enumerate(order[:first_choice + 1], start=1):
+        card = deck[card_id]
+        t.wait_for(f"{position} · {card_id}")
+        if card.kind == "recall":
+            t.type("\r")
+            t.wait_for("How well did you know it?")
+            t.type("g")
+        elif card.kind == "numeric":
+            t.wait_for("Your answer (a number")
+            t.type(f"{card.answer:g}\r")
+        else:
+            t.wait_for("Your choice (1-")
+            t.type(str(card.correct + 1))  # the number alone, no Enter
+            t.wait_for("Right.")
+    t.wait_for(f"Reviewed {first_choice + 1} card")
     assert t.exit_status() == 0
 
 
@@ -109,11 +152,11 @@ def test_watch_keys_act_without_enter(term, tmp_path):
         store.set_workspace("flashattention", ws)
         store.set_setting("topic", "flashattention")
     t = term("watch", str(ws / FIRST))
-    screen = t.wait_for("checks failed")
+    screen = t.wait_for("0 of 13 checks passed")
     assert "q: quit" in screen and "then Enter" not in screen
     time.sleep(0.5)  # let the watcher settle before the save
     shutil.copy(paths.solutions_root() / "flashattention" / FIRST, ws / FIRST)
-    screen = t.wait_for("checks passed")
+    screen = t.wait_for("all 13 checks passed")
     assert "Press n to watch it" in screen
     t.type("n")  # no Enter
     t.wait_for("flashattention/tiling-shapes")

@@ -238,3 +238,12 @@ def test_explicit_scale(sub, rng):
     for scale in (0.37, 2.0):
         check_partials(sub, q, K, V, 4, scale=scale)
         check_decode(sub, q, K, V, 4, scale=scale)
+
+
+# What the functions should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {
+    "split_kv_partials": lambda q, K, V, num_splits, causal=False, scale=None:
+        partials(q, K, V, num_splits, causal, scale),
+    "flash_decode": lambda q, K, V, num_splits, causal=False, scale=None:
+        merge(*partials(q, K, V, num_splits, causal, scale)),
+}

@@ -7,7 +7,7 @@ import numpy as np
 from drill.grader.expect import Call, array, close, matches
 
 from ._attention_reference import quiet_call
-from ._paged_reference import build_pool, gathered, probe, reference
+from ._paged_reference import Pool, build_pool, gathered, probe, reference
 
 ATOL, RTOL = 1e-10, 1e-9
 
@@ -181,3 +181,20 @@ def test_large_scores(sub, rng):
     q = _queries(rng, 2, 4, 8)
     q = q / np.linalg.norm(q, axis=2, keepdims=True) * 1e3
     check_paged(sub, rng, q, pool, atol=1e-8)
+
+
+def _reference_from_arrays(q, k_pages, v_pages, block_table, seq_lens, scale=None):
+    """The reference for a call given as the arrays paged_decode takes (the keys read back from the
+    pages its block table names)."""
+    page = k_pages.shape[1]
+    lens = np.asarray(seq_lens, dtype=np.int64)
+    keys, values = [], []
+    for b, n in enumerate(lens):
+        pages = np.asarray(block_table[b][:-(-int(n) // page)], dtype=np.int64)
+        keys.append(k_pages[pages].reshape(-1, *k_pages.shape[2:])[:n])
+        values.append(v_pages[pages].reshape(-1, *v_pages.shape[2:])[:n])
+    return reference(q, Pool(k_pages, v_pages, np.asarray(block_table), lens, keys, values), scale)
+
+
+# What paged_decode should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {"paged_decode": _reference_from_arrays}
