@@ -27,7 +27,6 @@ from drill import catalog, exitcodes, progress
 from drill.attempts import exit_code, file_to_grade, grade_file, next_step, shown_path
 from drill.console import console, interactive, single_keys
 from drill.errors import cannot
-from drill.paths import shown
 from drill.store import Store
 
 CHANGED, KEY = "changed", "key"
