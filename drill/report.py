@@ -119,7 +119,23 @@ def report(result: GradeResult, title: str, plain: bool = False) -> RenderableTy
     tail = f"{result.seconds:.1f}s" + (f" · sandbox: {result.sandbox}" if result.sandbox else "")
     if plain:
         return Group(Text.from_markup(f"{heading}  [muted]{escape(tail)}[/muted]"), *parts)
-    return Panel(Group(*parts), title=heading, title_align="left", subtitle=tail, subtitle_align="right")
+    return _Framed(heading, tail, parts)
+
+
+class _Framed:
+    """The report in a panel titled with the verdict and the file; on a terminal too narrow for that
+    title, the title becomes the panel's first line, wrapped at spaces (a border title is cut mid-word)."""
+
+    def __init__(self, heading: str, tail: str, parts: list[RenderableType]):
+        self.heading, self.tail, self.parts = heading, tail, parts
+
+    def __rich_console__(self, console, options):
+        title = Text.from_markup(self.heading)
+        if title.cell_len + 6 <= options.max_width:
+            yield Panel(Group(*self.parts), title=self.heading, title_align="left", subtitle=self.tail,
+                        subtitle_align="right")
+            return
+        yield Panel(Group(title, *self.parts), subtitle=self.tail, subtitle_align="right")
 
 
 def _status_title(result: GradeResult) -> str:

@@ -43,15 +43,19 @@ def command(as_json: bool) -> None:
         }))
         return
     wide = console.width >= WIDE
+    # Narrower still, needs and then attempts leave too, rather than ids and states cut short.
+    columns = ["#", "exercise", "state", "checks passed", "attempts", "needs"]
+    columns = columns[:4 + (console.width >= 64) + (console.width >= 80)]
     table = Table(title="Progress", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("#", "exercise", "state", "checks passed", "attempts", "needs"):
-        table.add_column(column, no_wrap=True, justify="right" if column in ("checks passed", "attempts") else "left")
+    for column in columns:
+        header = "passed" if column == "checks passed" and console.width < 56 else column
+        table.add_column(header, no_wrap=True, justify="right" if column in ("checks passed", "attempts") else "left")
     if wide:
         table.add_column("last result", ratio=1)  # the one column that wraps, at spaces
     for s in states:
         style = "warn" if s.state_text != s.state else STYLES[s.state]
         row = [s.exercise.number, s.exercise.id, f"[{style}]{s.state_text}[/{style}]", s.checks_text,
-               str(s.attempts), progress.needs_in_words(s.exercise, short=True)]
+               str(s.attempts), progress.needs_in_words(s.exercise, short=True)][:len(columns)]
         table.add_row(*row, *([Text(s.last or "—")] if wide else []))
     console.print(table)
     if not wide and following is not None:
