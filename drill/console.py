@@ -113,3 +113,19 @@ def read_key(fd: int = 0) -> str:
                     return ""
                 if key.isprintable():
                     return key
+
+
+def fitting(build, counts, target: Console | None = None):
+    """The first of build(n) for n in counts whose natural width fits the console: a table with
+    fewer columns rather than one whose ids and states are cut with an ellipsis.
+
+    build(n, measuring=True) is measured: there, a column that may wrap gets its narrowest width as
+    its max_width, so only the columns that must not wrap count at their full width."""
+    from rich.measure import Measurement
+
+    target = target or console
+    unbounded = target.options.update_width(100_000)  # measured as if the terminal had no edge
+    for n in counts:
+        if Measurement.get(target, unbounded, build(n, measuring=True)).maximum <= target.width:
+            return build(n)
+    return build(counts[-1])

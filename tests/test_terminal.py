@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pexpect")
 pytest.importorskip("pyte")
 
-from drill import cards, paths  # noqa: E402
+from drill import cards, catalog, paths  # noqa: E402
 from drill.store import Store  # noqa: E402
 from terminal import Terminal  # noqa: E402
 
@@ -164,3 +164,29 @@ def test_watch_keys_act_without_enter(term, tmp_path):
     t.wait_for("unknown key 'x'")
     t.type("q")
     assert t.exit_status() == 0
+
+
+# -- layout on a narrow terminal --------------------------------------------------------------------
+
+
+def test_narrow_terminal_never_cuts_a_title_a_file_name_or_an_id(term, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy(paths.exercises_root() / "flashattention" / "03_flash_forward.py", ws / "03_flash_forward.py")
+    with Store() as store:
+        store.set_workspace("flashattention", ws)
+        store.set_setting("topic", "flashattention")
+    t = term("check", "03_flash_forward.py", cwd=str(ws), columns=50, rows=200)
+    screen = t.wait_for("checks passed")
+    # The heading does not fit the border at 50 columns: it is the panel's first lines, cut at spaces.
+    assert "FAILED flashattention/flash-forward" in screen and "(03_flash_forward.py)" in screen
+    assert not re.search(r"03_flash_forward\.?─", screen)
+    assert "raise NotImplementedError" in screen  # the learner's own frame, source line included
+    assert t.exit_status() == 1
+    for command, columns in (("list", 60), ("status", 60), ("status", 80)):
+        t = term(command, cwd=str(ws), columns=columns)
+        screen = t.wait_for("triton-decode")
+        ids = [ex.id for ex in catalog.all_exercises()]
+        assert all(ex_id in screen for ex_id in ids) and "…" not in screen, screen
+        assert "not started" in screen and "failing" in screen
+        assert t.exit_status() == 0

@@ -8,10 +8,9 @@ import click
 from rich.table import Table
 
 from drill import catalog, progress
-from drill.console import console
+from drill.console import console, fitting
 from drill.store import Store
 
-NARROW = 72  # below this width the attempts column is left out
 STYLES = {"passed": "pass", "failing": "fail", "not graded": "error", "not started": "muted"}
 
 
@@ -34,14 +33,18 @@ def command(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(progress.document(states, following)))
         return
-    # Too narrow for every column: attempts go first, rather than ids and states cut with an ellipsis.
-    columns = ["", "#", "exercise", "state", "checks passed"] + (["attempts"] if console.width >= NARROW else [])
-    table = Table(box=None, show_header=True, header_style="muted", pad_edge=False)
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("checks passed", "attempts") else "left",
-                         no_wrap=True)
-    for s in states:
-        arrow = "→" if following is not None and s.exercise == following else ""
-        row = [arrow, s.exercise.number, s.exercise.id, state_cell(s), s.checks_text, str(s.attempts)]
-        table.add_row(*row[:len(columns)])
+    def build(count: int, measuring: bool = False) -> Table:
+        # Too narrow for every column: attempts go, rather than ids and states cut with an ellipsis.
+        columns = ["", "#", "exercise", "state", "checks passed", "attempts"][:count]
+        table = Table(box=None, show_header=True, header_style="muted", pad_edge=False)
+        for column in columns:
+            table.add_column(column, justify="right" if column in ("checks passed", "attempts") else "left",
+                             no_wrap=True)
+        for s in states:
+            arrow = "→" if following is not None and s.exercise == following else ""
+            row = [arrow, s.exercise.number, s.exercise.id, state_cell(s), s.checks_text, str(s.attempts)]
+            table.add_row(*row[:count])
+        return table
+
+    table = fitting(build, (6, 5))
     console.print(table)

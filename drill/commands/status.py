@@ -10,10 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from drill import catalog, progress
-from drill.console import console
+from drill.console import console, fitting
 from drill.store import Store
 
-WIDE = 110  # narrower than this, the last results leave the table (the current one is shown below it)
 STYLES = {"passed": "pass", "failing": "fail", "not graded": "error", "not started": "muted"}
 
 
@@ -42,21 +41,27 @@ def command(as_json: bool) -> None:
             "triton": triton_version(),
         }))
         return
-    wide = console.width >= WIDE
-    # Narrower still, needs and then attempts leave too, rather than ids and states cut short.
-    columns = ["#", "exercise", "state", "checks passed", "attempts", "needs"]
-    columns = columns[:4 + (console.width >= 64) + (console.width >= 80)]
-    table = Table(title="Progress", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in columns:
-        header = "passed" if column == "checks passed" and console.width < 56 else column
-        table.add_column(header, no_wrap=True, justify="right" if column in ("checks passed", "attempts") else "left")
-    if wide:
-        table.add_column("last result", ratio=1)  # the one column that wraps, at spaces
-    for s in states:
-        style = "warn" if s.state_text != s.state else STYLES[s.state]
-        row = [s.exercise.number, s.exercise.id, f"[{style}]{s.state_text}[/{style}]", s.checks_text,
-               str(s.attempts), progress.needs_in_words(s.exercise, short=True)][:len(columns)]
-        table.add_row(*row, *([Text(s.last or "—")] if wide else []))
+    def build(count: int, measuring: bool = False) -> Table:
+        # Columns leave from the right when the terminal is too narrow: last result, needs, attempts.
+        columns = ["#", "exercise", "state", "checks passed", "attempts", "needs", "last result"][:count]
+        table = Table(title="Progress", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for column in columns:
+            if column == "last result":
+                # The one column that wraps, at spaces.
+                table.add_column(column, ratio=1, min_width=24, max_width=24 if measuring else None)
+                continue
+            header = "passed" if column == "checks passed" and count <= 4 else column
+            table.add_column(header, no_wrap=True, justify="right" if column in ("checks passed", "attempts")
+                             else "left")
+        for s in states:
+            style = "warn" if s.state_text != s.state else STYLES[s.state]
+            row = [s.exercise.number, s.exercise.id, f"[{style}]{s.state_text}[/{style}]", s.checks_text,
+                   str(s.attempts), progress.needs_in_words(s.exercise, short=True), Text(s.last or "—")]
+            table.add_row(*row[:count])
+        return table
+
+    table = fitting(build, (7, 6, 5, 4))
+    wide = len(table.columns) == 7
     console.print(table)
     if not wide and following is not None:
         last = next(s.last for s in states if s.exercise == following)
