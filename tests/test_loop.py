@@ -226,3 +226,11 @@ def test_ring_attention_times_each_check_from_its_set_up(tmp_path):
     # The first check starts every rank (a fixture shared by all): its time is the real launch.
     assert doc["checks"][0]["seconds"] > 0.5
     assert sum(c["seconds"] for c in doc["checks"]) <= doc["seconds"] + 0.1
+
+
+def test_piped_output_has_no_trailing_spaces(workspace):
+    for args in (("start", "flashattention", "--dir", str(workspace)), ("status",), ("list",),
+                 ("check", FORWARD.file), ("hint", "flash-forward")):
+        _, out = run(*args)
+        padded = [line for line in out.splitlines() if line != line.rstrip()]
+        assert not padded, (args, padded[:3])
