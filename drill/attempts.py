@@ -5,6 +5,7 @@ Shared by `drill check` and `drill watch`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from drill import catalog, exitcodes, paths, progress
@@ -20,13 +21,61 @@ def locate(target: str, store: Store) -> tuple[Path | None, str]:
         return path, ""
     ex = catalog.resolve(target)
     if "/" in target and not ex:
-        return None, f"no such file: {target}"
+        return None, f"no such file: {target}" + _did_you_mean(target, store)
     names = [target] + ([ex.file] if ex else [])
     for folder in search_folders(store):
         for name in names:
             if (folder / name).is_file():
                 return folder / name, ""
-    return None, f"no such file: {target}"
+    return None, f"no such file: {target}" + _did_you_mean(target, store)
+
+
+def _did_you_mean(target: str, store: Store) -> str:
+    """'; did you mean 03_flash_forward.py?' for a mistyped file name or exercise id ('' if nothing is close)."""
+    import difflib
+
+    given = Path(target)
+    folder = given.parent if str(given.parent) not in ("", ".") else None
+    names: set[str] = set()
+    for place in ([folder] if folder else search_folders(store)):
+        try:
+            names |= {p.name for p in place.expanduser().glob("*.py")}
+        except OSError:
+            continue
+    if folder is None:
+        names |= {ex.file for ex in catalog.all_exercises()} | {ex.id for ex in catalog.all_exercises()}
+    close = difflib.get_close_matches(given.name, sorted(names), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    suggestion = str(folder / close[0]) if folder else close[0]
+    return f"; did you mean {paths.shown(suggestion)}?"
+
+
+def shown_path(path: Path) -> str:
+    """A graded file as the report names it: relative to the folder you stand in when it is inside it,
+    else the full path (with ~ for the home folder), so a file found in a workspace elsewhere says where."""
+    full = Path(os.path.abspath(path))
+    try:
+        return paths.shown(full.relative_to(Path.cwd()))
+    except ValueError:
+        pass
+    home = Path.home()
+    try:
+        return paths.shown(Path("~") / full.relative_to(home))
+    except ValueError:
+        return paths.shown(full)
+
+
+def name_mismatch(path: Path, ex: catalog.Exercise) -> str:
+    """The warning for a file whose header and name disagree ('' when they agree). The header decides
+    which exercise it is; a wrong name is most often a file saved under the wrong name."""
+    if path.name == ex.file:
+        return ""
+    named = next((other for other in catalog.all_exercises() if other.file == path.name), None)
+    if named is None:
+        return ""
+    return (f"warning: {paths.shown(path.name)} is named for {named.number} {named.id}, but its header says "
+            f"{ex.key}: graded as {ex.number} {ex.id} (the header decides). Saved under the wrong name?")
 
 
 def file_to_grade(target: str | None, store: Store) -> tuple[Path | None, str]:
@@ -73,8 +122,10 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
                first_failure: bool = False, repro: bool = False, seed: int | None = None):
     """Grade `path` and record the attempt. Returns (exercise, result) or (None, reason).
 
-    `keyword` (a pytest -k expression) and `first_failure` go to the grader as they are. A run
-    of selected checks (-k) is not saved: passing some checks is not passing the exercise.
+    `keyword` (a -k expression, drill.selection) and `first_failure` go to the grader as they are.
+    Only a run of every check on a file named as the exercise's own file (03_flash_forward.py)
+    is saved to the progress: passing some checks (-k) is not passing the exercise, and a scratch
+    copy with the same header must not move its count.
     """
     from drill.grader.runner import grade
 
@@ -84,13 +135,24 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
                       "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {catalog.known_ids()})")
     result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure, repro=repro, seed=seed)
+    mismatch = name_mismatch(path, ex)
+    if mismatch:
+        result.notes.insert(0, mismatch)
     if seed is not None:
         # Inputs the file could know in advance prove nothing: a replay is for debugging only.
         result.notes.append(f"graded with the seed you gave (--seed {seed}): a replay, not saved to your progress")
         return ex, result
     if keyword:
-        result.notes.append(f"only the checks matching -k {keyword!r} ran; this run is not saved "
-                            "to your progress")
+        if result.status != "error":
+            result.notes.append(f"-k {keyword}: only the selected checks ran, and this run is not saved to "
+                                f"your progress; drill check {paths.shown(path.name)} runs them all.")
+        return ex, result
+    if path.name != ex.file:
+        if not mismatch:
+            result.notes.append(f"not saved to your progress: only a file named {ex.file} counts for {ex.id} "
+                                f"({paths.shown(path.name)} is graded as a scratch copy)")
+        else:
+            result.notes.append(f"not saved to your progress: only a file named {ex.file} counts for {ex.id}")
         return ex, result
     try:
         store.record_attempt(ex.key, result.status, path.resolve(), result.seconds, result.to_json())

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+from contextlib import contextmanager
 
 from rich.console import Console, ConsoleDimensions, RenderableType
 from rich.markup import escape
@@ -24,7 +27,18 @@ THEME = Theme(
 PIPED_WIDTH = 160
 
 
+# Spaces at the end of a line, before any closing style codes: rich pads table cells and
+# markdown to the width, which a terminal hides but a file or a pipe keeps.
+_TRAILING_SPACES = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.M)
+
+
 class DrillConsole(Console):
+    def _render_buffer(self, buffer) -> str:
+        text = super()._render_buffer(buffer)
+        if not self.is_terminal:
+            text = _TRAILING_SPACES.sub(r"\1", text)
+        return text
+
     def _piped_size(self) -> ConsoleDimensions:
         size = Console.size.fget(self)
         if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS"):
@@ -59,3 +73,59 @@ def fail_line(message: str) -> None:
     """One plain line on stderr saying why a command could not do its job."""
     # Escaped: messages quote file names and advice such as pip install 'mlsys-drill[plot]'.
     err_console.print(f"[error]drill:[/error] {escape(message)}", soft_wrap=True)
+
+
+@contextmanager
+def single_keys(fd: int = 0):
+    """cbreak mode on a terminal, so keys act without Enter (Ctrl-C still interrupts);
+    yields whether it is on. The terminal is restored however the block ends."""
+    if not os.isatty(fd):
+        yield False
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+_ESCAPE = re.compile(r"\x1b(\[[0-9;]*[A-Za-z~]|O.|.)?")
+
+
+def read_key(fd: int = 0) -> str:
+    """One key from a terminal without waiting for Enter: the character typed, '' for Enter.
+    Arrow keys and other escape sequences are skipped; Ctrl-D raises EOFError."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with single_keys(fd):
+        while True:
+            chunk = os.read(fd, 32)
+            if not chunk or chunk == b"\x04":
+                raise EOFError
+            text = _ESCAPE.sub("", decoder.decode(chunk))
+            for key in text:
+                if key in ("\r", "\n"):
+                    return ""
+                if key.isprintable():
+                    return key
+
+
+def fitting(build, counts, target: Console | None = None):
+    """The first of build(n) for n in counts whose natural width fits the console: a table with
+    fewer columns rather than one whose ids and states are cut with an ellipsis.
+
+    build(n, measuring=True) is measured: there, a column that may wrap gets its narrowest width as
+    its max_width, so only the columns that must not wrap count at their full width."""
+    from rich.measure import Measurement
+
+    target = target or console
+    unbounded = target.options.update_width(100_000)  # measured as if the terminal had no edge
+    for n in counts:
+        if Measurement.get(target, unbounded, build(n, measuring=True)).maximum <= target.width:
+            return build(n)
+    return build(counts[-1])

@@ -23,6 +23,8 @@ from drill.grader.result import CheckResult, GradeResult
 MARKS = {"pass": ("✔", "pass"), "fail": ("✘", "fail"), "skip": ("–", "muted"),
          "not-run": ("·", "muted")}
 TITLES = {"pass": "[pass]PASSED[/pass]", "fail": "[fail]FAILED[/fail]", "error": "[error]NOT GRADED[/error]"}
+# A run of the checks -k selected passed or failed only those: the title says how many ran.
+SELECTED_TITLES = {"pass": "[pass]passed[/pass]", "fail": "[fail]failed[/fail]", "error": "[error]not graded[/error]"}
 DETAIL_LABELS = ("called", "yours", "expected", "likely mistake")
 
 
@@ -110,16 +112,58 @@ def report(result: GradeResult, title: str, plain: bool = False) -> RenderableTy
     if result.output.strip() and result.status == "error":
         parts.append(Text("what your code printed (last lines):", style="muted"))
         parts.append(Text(result.output.strip()[-800:], style="muted"))
+    if result.traceback:
+        parts.append(_frames(result.traceback))
     for note in result.notes:
-        parts.append(Text(note, style="muted"))
+        parts.append(Text(note, style="warn" if note.startswith("warning: ") else "muted"))
     missing = [f"{layer}: {how}" for layer, how in result.layers.items() if not how.startswith("held")]
     if missing:
         parts.append(Text("not contained here: " + "; ".join(missing), style="muted"))
-    heading = f"{TITLES[result.status]} {escape(title)}"
-    tail = f"{result.seconds:.1f}s · sandbox: {result.sandbox}"
+    heading = (f"{_status_title(result)} · {escape(title)}" if result.selection and result.status != "error"
+               else f"{_status_title(result)} {escape(title)}")
+    tail = f"{result.seconds:.1f}s" + (f" · sandbox: {result.sandbox}" if result.sandbox else "")
     if plain:
         return Group(Text.from_markup(f"{heading}  [muted]{escape(tail)}[/muted]"), *parts)
-    return Panel(Group(*parts), title=heading, title_align="left", subtitle=tail, subtitle_align="right")
+    return _Framed(heading, tail, parts)
+
+
+class _Framed:
+    """The report in a panel titled with the verdict and the file; on a terminal too narrow for that
+    title, the title becomes the panel's first line, wrapped at spaces (a border title is cut mid-word)."""
+
+    def __init__(self, heading: str, tail: str, parts: list[RenderableType]):
+        self.heading, self.tail, self.parts = heading, tail, parts
+
+    def __rich_console__(self, console, options):
+        title = Text.from_markup(self.heading)
+        if title.cell_len + 6 <= options.max_width:
+            yield Panel(Group(*self.parts), title=self.heading, title_align="left", subtitle=self.tail,
+                        subtitle_align="right")
+            return
+        yield Panel(Group(title, *self.parts), subtitle=self.tail, subtitle_align="right")
+
+
+def _status_title(result: GradeResult) -> str:
+    """PASSED / FAILED / NOT GRADED; for a -k run, '3 of 23 checks selected: passed'."""
+    chosen = result.selection
+    if chosen and result.status in ("pass", "fail"):
+        return (f"{chosen.get('selected')} of {plural(int(chosen.get('of') or 0), 'check')} "
+                f"selected: {SELECTED_TITLES[result.status]}")
+    return TITLES[result.status]
+
+
+def _frames(traceback: str) -> Text:
+    """The learner's own frames as Python prints them: 'File "PATH", line N, in f', the source line
+    (and a caret under a syntax error), the paths highlighted."""
+    text = Text()
+    for i, line in enumerate(traceback.rstrip("\n").splitlines()):
+        if i:
+            text.append("\n")
+        if line.lstrip().startswith('File "'):
+            text.append(line, style="muted")
+        else:
+            text.append(line)
+    return text
 
 
 def _table(rows: list[tuple[Text, Text, str]]) -> Table:
@@ -163,6 +207,10 @@ def _details(diagnosis: Diagnosis) -> Text:
             text.append(rest)
         else:
             text.append(line, style="muted" if check.status == "skip" else "")
+    frames = (check.details or {}).get("traceback", "")
+    if frames.strip():
+        text.append("\n")
+        text.append_text(_frames(frames))
     if diagnosis.others:
         text.append(f"\n[{diagnosis.number}] also explains the {plural(len(diagnosis.others), 'check')} "
                     f"marked [{diagnosis.number}] below", style="muted")

@@ -74,14 +74,49 @@ def test_list_shows_state_and_checks_passed(tmp_path):
     run("start", "flashattention", "--dir", str(ws))
     shutil.copy(ROOT / "tests" / "planted" / "flashattention" / "flash-forward" / "missing_scale.py",
                 ws / FORWARD.file)
-    code, _ = run("check", str(ws / FORWARD.file), "--json")
+    code, report_doc = run("check", str(ws / FORWARD.file), "--json")
     assert code == 1
     code, out = run("list", "--json")
-    rows = {row["exercise"]: row for row in json.loads(out)}
+    rows = {row["exercise"]: row for row in json.loads(out)["exercises"]}
     forward = rows["flashattention/flash-forward"]
     assert forward["state"] == "failing" and 0 < forward["checks_passed"] < forward["checks"]
+    # The one count: the report's own summary says the same numbers.
+    assert json.loads(report_doc)["message"].startswith(
+        f"{forward['checks_passed']} of {forward['checks']} checks passed")
     assert rows["flashattention/online-softmax"]["state"] == "not started"
     code, out = run("list")
     line = next(line for line in out.splitlines() if "flash-forward" in line)
-    assert f"{forward['checks_passed']}/{forward['checks']} passed" in line and "failing" in line
+    assert f"{forward['checks_passed']}/{forward['checks']}" in line and "failing" in line
+    assert "passed" not in line.split("failing", 1)[1]  # no "0/17 passed" beside a state
     assert len([line for line in out.splitlines() if line.strip()]) == 1 + len(catalog.all_exercises())
+    assert not [line for line in out.splitlines() if line != line.rstrip()]  # piped: no padding
+
+
+def test_list_and_status_json_have_one_shape(tmp_path):
+    ws = tmp_path / "ws"
+    run("start", "flashattention", "--dir", str(ws))
+    _, listed = run("list", "--json")
+    _, status = run("status", "--json")
+    listed, status = json.loads(listed), json.loads(status)
+    assert listed["exercises"] == status["exercises"] and listed["next"] == status["next"]
+    assert set(status) - set(listed) == {"workspace", "torch", "triton"}
+
+
+def test_scratch_copies_do_not_move_the_count(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    run("start", "flashattention", "--dir", str(ws))
+    monkeypatch.chdir(ws)
+    shutil.copy(FORWARD.solution_path, ws / FORWARD.file)
+    assert run("check", FORWARD.file)[0] == 0
+    # A scratch copy with the same header, failing: graded, said to be unsaved, and the count stays.
+    shutil.copy(ROOT / "tests" / "planted" / "flashattention" / "flash-forward" / "missing_scale.py",
+                ws / "scratch_forward.py")
+    code, out = run("check", "scratch_forward.py")
+    assert code == 1 and "not saved to your progress: only a file named 03_flash_forward.py counts" in out
+    code, out = run("list", "--json")
+    forward = {row["exercise"]: row for row in json.loads(out)["exercises"]}["flashattention/flash-forward"]
+    assert forward["state"] == "passed" and forward["latest"] == "pass" and forward["attempts"] == 1
+    assert forward["checks_passed"] == forward["checks"] > 0
+    _, out = run("list")
+    line = next(line for line in out.splitlines() if "flash-forward" in line)
+    assert "passed" in line and f"{forward['checks']}/{forward['checks']}" in line

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pexpect")
 pytest.importorskip("pyte")
 
-from drill import cards, paths  # noqa: E402
+from drill import cards, catalog, paths  # noqa: E402
 from drill.store import Store  # noqa: E402
 from terminal import Terminal  # noqa: E402
 
@@ -44,7 +44,7 @@ def test_live_quiz_reveals_rates_and_summarises(term):
     t.type("\r")  # reveal
     t.wait_for("Answer")
     t.wait_for("How well did you know it?")
-    t.type("3\r")  # Good
+    t.type("3")  # Good: a single key, no Enter
     screen = t.wait_for("Reviewed 1 card, 1 right.")
     assert "next review in" in screen
     assert t.exit_status() == 0
@@ -62,6 +62,49 @@ def test_live_quiz_numeric_answer_and_a_typo(term):
     t.type(f"{card.answer:g}\r")
     t.wait_for("Right.")
     t.wait_for("Reviewed 1 card, 1 right.")
+    assert t.exit_status() == 0
+
+
+def test_live_quiz_ratings_are_single_keys(term):
+    recall = [card for card in DECK.cards if card.kind == "recall"][:2]
+    t = term("quiz", "--limit", "2")
+    t.wait_for(recall[0].id)
+    t.type("\r")
+    t.wait_for("How well did you know it?")
+    t.type("x")  # not a rating: asked again at once, nothing graded
+    t.wait_for("Didn't catch that")
+    t.type("e")  # Easy, without Enter
+    t.wait_for(recall[1].id)
+    t.type("\r")
+    t.wait_for("How well did you know it?", limit=10)
+    t.type("\r")  # Enter alone is Good
+    screen = t.wait_for("Reviewed 2 cards, 2 right.")
+    assert t.exit_status() == 0
+
+
+def test_live_quiz_choice_is_a_single_key(term):
+    from drill import reviews
+
+    deck = {card.id: card for card in cards.all_cards()}
+    with Store() as store:
+        order = reviews.due_now(store, deck)
+    first_choice = next(i for i, card_id in enumerate(order) if deck[card_id].kind == "choice")
+    t = term("quiz", "--limit", str(first_choice + 1))
+    for position, card_id in enumerate(order[:first_choice + 1], start=1):
+        card = deck[card_id]
+        t.wait_for(f"{position} · {card_id}")
+        if card.kind == "recall":
+            t.type("\r")
+            t.wait_for("How well did you know it?")
+            t.type("g")
+        elif card.kind == "numeric":
+            t.wait_for("Your answer (a number")
+            t.type(f"{card.answer:g}\r")
+        else:
+            t.wait_for("Your choice (1-")
+            t.type(str(card.correct + 1))  # the number alone, no Enter
+            t.wait_for("Right.")
+    t.wait_for(f"Reviewed {first_choice + 1} card")
     assert t.exit_status() == 0
 
 
@@ -109,11 +152,11 @@ def test_watch_keys_act_without_enter(term, tmp_path):
         store.set_workspace("flashattention", ws)
         store.set_setting("topic", "flashattention")
     t = term("watch", str(ws / FIRST))
-    screen = t.wait_for("checks failed")
+    screen = t.wait_for("0 of 13 checks passed")
     assert "q: quit" in screen and "then Enter" not in screen
     time.sleep(0.5)  # let the watcher settle before the save
     shutil.copy(paths.solutions_root() / "flashattention" / FIRST, ws / FIRST)
-    screen = t.wait_for("checks passed")
+    screen = t.wait_for("all 13 checks passed")
     assert "Press n to watch it" in screen
     t.type("n")  # no Enter
     t.wait_for("flashattention/tiling-shapes")
@@ -121,3 +164,29 @@ def test_watch_keys_act_without_enter(term, tmp_path):
     t.wait_for("unknown key 'x'")
     t.type("q")
     assert t.exit_status() == 0
+
+
+# -- layout on a narrow terminal --------------------------------------------------------------------
+
+
+def test_narrow_terminal_never_cuts_a_title_a_file_name_or_an_id(term, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy(paths.exercises_root() / "flashattention" / "03_flash_forward.py", ws / "03_flash_forward.py")
+    with Store() as store:
+        store.set_workspace("flashattention", ws)
+        store.set_setting("topic", "flashattention")
+    t = term("check", "03_flash_forward.py", cwd=str(ws), columns=50, rows=200)
+    screen = t.wait_for("checks passed")
+    # The heading does not fit the border at 50 columns: it is the panel's first lines, cut at spaces.
+    assert "FAILED flashattention/flash-forward" in screen and "(03_flash_forward.py)" in screen
+    assert not re.search(r"03_flash_forward\.?─", screen)
+    assert "raise NotImplementedError" in screen  # the learner's own frame, source line included
+    assert t.exit_status() == 1
+    for command, columns in (("list", 60), ("status", 60), ("status", 80)):
+        t = term(command, cwd=str(ws), columns=columns)
+        screen = t.wait_for("triton-decode")
+        ids = [ex.id for ex in catalog.all_exercises()]
+        assert all(ex_id in screen for ex_id in ids) and "…" not in screen, screen
+        assert "not started" in screen and "failing" in screen
+        assert t.exit_status() == 0

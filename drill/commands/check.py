@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 
 import click
-from rich.markup import escape
 
 from drill import catalog
-from drill.attempts import exit_code, file_to_grade, grade_file, next_step
+from drill.attempts import exit_code, file_to_grade, grade_file, next_step, shown_path
 from drill.console import console
 from drill.errors import cannot
 from drill.options import json_option
-from drill.paths import shown
 from drill.store import Store
 
 
@@ -30,7 +28,8 @@ def error_document(reason: str, given: dict) -> dict:
               help=f"Seconds before grading stops (default: the exercise's own limit: "
                    f"{catalog.timeouts_in_words()}).")
 @click.option("-k", "keyword", metavar="EXPR",
-              help="Run only the checks whose names match EXPR (as pytest -k); not saved to progress.")
+              help="Run only the checks whose names have these whole words (any case; and, or, not "
+                   "and parentheses combine them, as in pytest -k); not saved to progress.")
 @click.option("--first-failure", "-x", is_flag=True, help="Stop at the first failing check.")
 @click.option("--repro", is_flag=True,
               help="On a failure, write repro_<file>.py beside FILE: it replays the failing call with its inputs "
@@ -51,8 +50,13 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
         path, reason = file_to_grade(target, store)
         if path is None:
             cannot(reason)
-        if keyword is not None and not keyword.strip():
-            cannot("-k needs part of a check's name, for example -k causal")
+        if keyword is not None:
+            from drill.selection import SelectionError, parse
+
+            try:
+                parse(keyword)
+            except SelectionError as exc:
+                cannot(str(exc))
         ex, result = grade_file(path, timeout, store, keyword=keyword, first_failure=first_failure, repro=repro,
                                 seed=seed)
         if ex is None:
@@ -63,9 +67,8 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
             from drill.report import report
 
             piped = not console.is_terminal
-            console.print(report(result, f"{ex.key}  ({shown(path.name)})", plain=piped), soft_wrap=piped)
-            step = (f"Only some checks ran: [accent]drill check {escape(shown(path.name))}[/accent] "
-                    "without -k grades them all." if keyword else next_step(ex, result.status, store))
+            console.print(report(result, f"{ex.key}  ({shown_path(path)})", plain=piped), soft_wrap=piped)
+            step = "" if keyword or path.name != ex.file else next_step(ex, result.status, store)
             if step:
                 console.print(step, soft_wrap=piped)
     raise SystemExit(exit_code(result))

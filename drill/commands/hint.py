@@ -36,5 +36,8 @@ def command(exercise: str | None, show_all: bool) -> None:
                                 f"[accent]hint {number} of {len(ex.hints)}[/accent] · {ex.id}"),
                           soft_wrap=not console.is_terminal)
         if seen >= len(ex.hints):
-            console.print(f"That was the last hint. After a pass, [accent]drill solution {ex.id}[/accent] "
-                          "shows the reference.", style="muted")
+            if progress.passed(store, ex):
+                step = f"You have passed {ex.id}: [accent]drill solution {ex.id}[/accent] shows the reference."
+            else:
+                step = f"After a pass, [accent]drill solution {ex.id}[/accent] shows the reference."
+            console.print(f"That was the last hint. {step}", style="muted", soft_wrap=not console.is_terminal)

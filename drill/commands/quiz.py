@@ -1,6 +1,8 @@
 """drill quiz --followups: review the follow-up cards that are due (FSRS).
 
-On a terminal the session is a rich interface. Without one (a pipe, a test),
+On a terminal the session is a rich interface: a rating (1-4, a/h/g/e, Enter for Good)
+and a choice are single keys, as in `drill watch`; a typed answer ends with Enter.
+Without one (a pipe, a test),
 answers are read from standard input one per line, so a session can be
 scripted: a recall card takes two lines (anything to reveal, then a rating;
 empty means Good), a numeric or choice card takes one. End of input ends the
@@ -122,6 +124,8 @@ class ScriptedInput:
         console.print(Text(line.rstrip("\n")), soft_wrap=True)
         return line.strip()
 
+    choose = ask  # one line per choice, too
+
 
 class Keyboard:
     """A person at a terminal."""
@@ -130,6 +134,15 @@ class Keyboard:
 
     def ask(self, prompt: str) -> str:
         return console.input(f"[muted]{escape(prompt)}[/muted]\n[accent]›[/accent] ").strip()
+
+    def choose(self, prompt: str) -> str:
+        """One key, taken at once (no Enter), shown after the prompt as typed ('Enter' for Enter)."""
+        from drill.console import read_key
+
+        console.print(f"[muted]{escape(prompt)}[/muted]\n[accent]›[/accent] ", end="")
+        key = read_key()
+        console.print(Text(key or "Enter"))
+        return key
 
 
 # -- one session -------------------------------------------------------------
@@ -158,7 +171,7 @@ class Session:
     def _recall(self, card: cards.Card) -> int:
         self.io.ask(self.words["reveal"])
         self._show_answer(card)
-        return self._ask_until(self.words["rate"], lambda text: RATING_KEYS.get(text.lower() or "g"))
+        return self._ask_until(self.words["rate"], lambda text: RATING_KEYS.get(text.lower() or "g"), key=True)
 
     def _numeric(self, card: cards.Card) -> int:
         # Say how close counts, so "1.20" for 1.2034 is not a surprise.
@@ -178,17 +191,18 @@ class Session:
         for number, option in enumerate(options, start=1):
             console.print(Text(f"  {number}. {render(option)}"), soft_wrap=not self.io.tty)
         picked = self._ask_until(self.words["choice"].format(n=len(options)),
-                                 lambda text: _choice_or_blank(text, len(options)))
+                                 lambda text: _choice_or_blank(text, len(options)), key=len(options) <= 9)
         right = picked == card.correct
         self._verdict(right, self.words["wrong"].format(
             answer=f"{card.correct + 1}. {render(options[card.correct])}"))
         self._show_answer(card)
         return GOOD if right else AGAIN
 
-    def _ask_until(self, prompt: str, parse):
+    def _ask_until(self, prompt: str, parse, key: bool = False):
         # A typo is asked again rather than graded: it is not a wrong answer.
+        read = self.io.choose if key else self.io.ask
         while True:
-            value = parse(self.io.ask(prompt))
+            value = parse(read(prompt))
             if value is not None:
                 return value
             console.print(Text(self.words["invalid"], style="warn"))

@@ -22,7 +22,7 @@ def workspace_readme(topic: catalog.Topic) -> str:
              "Stuck? `drill hint`. Progress: `drill status`. Follow-up questions: `drill quiz --followups`.",
              "", "| # | file | exercise | needs |", "|---|---|---|---|"]
     for ex in topic.exercises:
-        lines.append(f"| {ex.number} | `{ex.file}` | {ex.title} | {ex.needs} |")
+        lines.append(f"| {ex.number} | `{ex.file}` | {ex.title} | {progress.needs_in_words(ex)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -87,13 +87,19 @@ def command(topic: str, directory: Path | None) -> None:
     except OSError as exc:
         cannot(f"could not write the workspace in {target}: {exc.strerror or exc}")
     with Store() as store:
+        before = store.workspace(topic)
         store.set_workspace(topic, target)
         store.set_setting("topic", topic)
         following = progress.current(store, topic)
 
     console.print(boxed(Text(spec.intro.strip()), f"[accent]{spec.title}[/accent]"),
                   soft_wrap=not console.is_terminal)
-    console.print(f"Workspace: [accent]{target}[/accent]")
+    console.print(f"Workspace: [accent]{target}[/accent]", soft_wrap=True)
+    if before is not None and before != target and any((before / ex.file).is_file() for ex in spec.exercises):
+        console.print(Text.assemble(
+            ("Note: ", "warn"), f"this is now the {topic} workspace: drill check, watch and reset look for a bare "
+            f"file name here (after the folder you stand in), no longer in {before}. Your files there are "
+            f"untouched; drill start {topic} --dir {shlex.quote(str(before))} switches back."), soft_wrap=True)
     if written:
         console.print(f"  wrote {plural(len(written), 'file')}: {', '.join(written)}", style="muted",
                       soft_wrap=True)

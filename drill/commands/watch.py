@@ -16,7 +16,6 @@ import queue
 import re
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +24,9 @@ from rich.console import Group
 from rich.text import Text
 
 from drill import catalog, exitcodes, progress
-from drill.attempts import exit_code, file_to_grade, grade_file, next_step
-from drill.console import console, interactive
+from drill.attempts import exit_code, file_to_grade, grade_file, next_step, shown_path
+from drill.console import console, interactive, single_keys
 from drill.errors import cannot
-from drill.paths import shown
 from drill.store import Store
 
 CHANGED, KEY = "changed", "key"
@@ -89,7 +87,7 @@ def render_cycle(cycle: Cycle, store: Store, keys: bool = False, instant: bool =
     if cycle.result is None:
         parts.append(Text(f"not graded: {cycle.reason}", style="error"))
         return Group(*parts)
-    parts.append(report(cycle.result, f"{cycle.exercise.key}  ({shown(cycle.path.name)})",
+    parts.append(report(cycle.result, f"{cycle.exercise.key}  ({shown_path(cycle.path)})",
                         plain=not console.is_terminal))
     if cycle.result.status == "pass":
         nxt = cycle.next_exercise
@@ -175,24 +173,6 @@ def read_keys(events: queue.Queue, fd: int = 0, instant: bool = False) -> thread
     thread = threading.Thread(target=run, name="drill-watch-keys", daemon=True)
     thread.start()
     return thread
-
-
-@contextmanager
-def single_keys(fd: int = 0):
-    """cbreak mode on a terminal, so keys act without Enter (Ctrl-C still interrupts);
-    yields whether it is on. The terminal is restored however the loop ends."""
-    if not os.isatty(fd):
-        yield False
-        return
-    import termios
-    import tty
-
-    saved = termios.tcgetattr(fd)
-    try:
-        tty.setcbreak(fd)
-        yield True
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def watch_loop(path: Path, store: Store, timeout: float | None, events: queue.Queue,

@@ -1,9 +1,11 @@
 """A pytest plugin that records each hidden check's outcome as a JSON line.
 
 Runs inside the trusted worker process. Each check gets a time limit of its own
-(SIGALRM), and its failure is turned into a message written for the learner. The
-user's code is never in this process: what it did arrives as values, as a
-UserCodeError (it raised or exited) or as SubjectGone (its process ended).
+(SIGALRM) that keeps time back for the checks after it, so a check that hangs fails
+alone and the rest still run while the exercise's limit allows. Its failure is turned
+into a message written for the learner. The user's code is never in this process: what
+it did arrives as values, as a UserCodeError (it raised or exited) or as SubjectGone
+(its process ended).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from drill.grader.result import TOO_MUCH_OUTPUT
 
 OUTPUT_LIMIT = 2000
 STOP_MARGIN_S = 0.5  # stop a hung check this long before the deadline, to report it
+# Time kept back for the checks after the running one: three times what the checks so far took
+# on average, at least MIN_RESERVE_S, at most half of what is left.
+MIN_RESERVE_S = 5.0
+LAST_CHANCE_S = 0.2  # less than this left: the remaining checks are reported as not run
 
 
 class CheckTimeout(BaseException):
@@ -44,7 +50,8 @@ def explain(excinfo: pytest.ExceptionInfo, limit_s: float, memory_mb: int) -> tu
     if isinstance(exc, CheckFailure):
         return exc.text(), exc.details()
     if isinstance(exc, CheckTimeout):
-        return (f"did not finish in the {limit_s:.1f} s left: an infinite loop, or a loop that never advances?", {})
+        return (f"did not finish in {limit_s:.1f} s (its share of the time limit): an infinite loop, "
+                "or a loop that never advances?", {})
     if isinstance(exc, UserCodeError):
         return explain_user_error(exc.info, memory_mb), {"traceback": exc.info.get("traceback", "")}
     if isinstance(exc, SubjectGone):
@@ -77,9 +84,10 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
 
 class Recorder:
     def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False,
-                 repro_path: str = "", seed: int | None = None):
+                 repro_path: str = "", seed: int | None = None, keyword: str = ""):
         self.emit = emit
         self.seed = seed  # the run's seed, kept with --repro's values
+        self.keyword = keyword  # `drill check -k`: whole words of the names shown (drill.selection)
         self.first_failure = first_failure
         self.repro_path = repro_path  # where `drill check --repro` wants the failing call's values
         self.deadline = deadline  # time.time() by which a running check is stopped
@@ -88,12 +96,25 @@ class Recorder:
         self.started: dict[str, float] = {}
         self.failed_phase: dict[str, dict] = {}
         self.skipped: dict[str, str] = {}
+        self.total = 0  # checks collected before -k selected some
+        self.left = 0  # checks not yet started
+        self.finished: list[float] = []  # seconds of the checks that ended without timing out
+        self.item_end = 0.0  # time.time() by which the running check must end
+        self.timed_out: set[str] = set()
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        # `drill check -k EXPR` is pytest's -k: let its words match the name a learner sees.
-        for item in items:
-            item.extra_keyword_matches.add(check_name(item))
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.total = len(items)
+        if not self.keyword:
+            return
+        from drill.selection import parse
+
+        expression = parse(self.keyword)  # the CLI has read it already
+        chosen = [item for item in items if expression.matches(check_name(item))]
+        dropped = [item for item in items if not expression.matches(check_name(item))]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = chosen
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -101,28 +122,57 @@ class Recorder:
         for item in session.items:
             # pytest's own failure text (source, locals) is never shown and costs ~0.1 s a check.
             item.repr_failure = lambda excinfo: excinfo.exconly()
-        self.emit(event="collected", count=len(session.items))
+        self.left = len(session.items)
+        self.emit(event="collected", count=len(session.items), total=self.total)
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
+    def _share(self) -> float:
+        """The seconds the next check may take: what is left, less the time kept for the rest."""
+        left_s = self.deadline - time.time() - STOP_MARGIN_S
+        after = self.left - 1  # checks still to run after this one
+        if after <= 0:
+            return max(0.1, left_s)
+        mean = sum(self.finished) / len(self.finished) if self.finished else 0.0
+        reserve = min(left_s / 2, max(MIN_RESERVE_S, 3 * mean * after))
+        return max(0.1, left_s - reserve)
+
+    def _alarm(self, seconds: float):
         def on_alarm(signum, frame):
             raise CheckTimeout()
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
-        self.limit_s = max(0.1, self.deadline - time.time() - STOP_MARGIN_S)
-        signal.setitimer(signal.ITIMER_REAL, self.limit_s)
+        signal.setitimer(signal.ITIMER_REAL, max(0.05, seconds))
+        return previous
+
+    @staticmethod
+    def _disarm(previous) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        # A check's time and its limit start with its set-up: a shared fixture (06 starts
+        # every rank in one) is timed in the check that builds it.
+        self.started[item.nodeid] = time.perf_counter()
+        self.limit_s = self._share()
+        self.item_end = time.time() + self.limit_s
+        previous = self._alarm(self.limit_s)
         try:
             yield
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            self._disarm(previous)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        previous = self._alarm(self.item_end - time.time())
+        try:
+            yield
+        finally:
+            self._disarm(previous)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        if report.when == "setup":
-            self.started[item.nodeid] = time.perf_counter()
         if report.skipped and isinstance(report.longrepr, tuple):
             self.skipped[item.nodeid] = str(report.longrepr[-1]).removeprefix("Skipped: ")
         if report.when == "setup":
@@ -130,13 +180,11 @@ class Recorder:
         if report.failed and call.excinfo is not None and item.nodeid not in self.failed_phase:
             message, details = explain(call.excinfo, self.limit_s, self.memory_mb)
             self.failed_phase[item.nodeid] = {"message": message, "details": details}
+            if isinstance(call.excinfo.value, CheckTimeout):
+                self.timed_out.add(item.nodeid)
             if self.repro_path and report.when == "call":
                 self._save_repro(item)
-            if isinstance(call.excinfo.value, CheckTimeout):
-                # Later checks would most likely hang the same way: stop, and say so.
-                item.session.shouldstop = "a check timed out; the remaining checks were not run"
-                self.emit(event="stopped", reason="timeout")
-            elif self.first_failure:
+            if self.first_failure:
                 item.session.shouldstop = "stopped at the first failure"
                 self.emit(event="stopped", reason="first failure")
         if report.when == "teardown":
@@ -144,6 +192,14 @@ class Recorder:
             skipped = self.skipped.get(item.nodeid)
             output = "".join(SubmissionProxy.outputs)[-OUTPUT_LIMIT:]  # what the user's code printed
             SubmissionProxy.outputs.clear()
+            seconds = time.perf_counter() - self.started.get(item.nodeid, time.perf_counter())
+            self.left -= 1
+            if item.nodeid not in self.timed_out:
+                self.finished.append(seconds)
+            if self.left > 0 and self.deadline - time.time() - STOP_MARGIN_S < LAST_CHANCE_S \
+                    and not item.session.shouldstop:
+                item.session.shouldstop = "the time limit is used up"
+                self.emit(event="stopped", reason="time limit")
             self.emit(
                 event="check",
                 name=check_name(item),
@@ -152,7 +208,7 @@ class Recorder:
                 status="fail" if failure else ("skip" if skipped is not None else "pass"),
                 message=failure["message"] if failure else (skipped or ""),
                 details=failure["details"] if failure else {},
-                seconds=round(time.perf_counter() - self.started.get(item.nodeid, time.perf_counter()), 4),
+                seconds=round(seconds, 4),
                 output=output,
                 notes=take_notes(),
             )

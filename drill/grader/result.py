@@ -32,10 +32,14 @@ class GradeResult:
     seconds: float = 0.0
     output: str = ""  # what the user's code printed outside any check (truncated)
     notes: list[str] = field(default_factory=list)
-    sandbox: str = "partial"  # "full": every containment layer held; "partial": some did not (see layers)
-    layers: dict = field(default_factory=dict)  # each containment layer: "held", or why it did not
+    # "full": every containment layer held; "partial": some did not (see layers); None: nothing ran
+    sandbox: str | None = None
+    layers: dict = field(default_factory=dict)  # each containment layer: "held (how)", or why it did not
     seed: int | None = None  # every random input of the checks came from this (drawn per run)
     seed_chosen: bool = False  # the learner gave the seed (--seed): a replay, never saved as progress
+    traceback: str = ""  # a file that could not be loaded: where, as Python shows it (real path, source, caret)
+    # `drill check -k`: {"keyword": EXPR, "selected": N, "of": M}; empty when every check was asked for
+    selection: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         doc = asdict(self)

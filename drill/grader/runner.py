@@ -122,6 +122,10 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
                           keyword)
         result.seed, result.seed_chosen = seed, seed_chosen
+        if result.status == "error" and result.message:
+            from drill.sourceview import load_frame
+
+            result.traceback = load_frame(result.message, source, os.fsdecode(user_file))
         if repro:
             result.notes.append(_write_repro(Path(tmp) / "repro.npz", user_file, events))
     result.seconds = round(time.perf_counter() - started, 3)
@@ -244,11 +248,15 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
     for e in events:
         first.setdefault(e.get("event"), e)
     result = GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error",
-                         sandbox=str(first.get("start", {}).get("sandbox", "partial")),
+                         sandbox=_sandbox_level(first),
                          layers={str(k): str(v) for k, v in dict(first.get("start", {}).get("layers") or {}).items()},
                          output=clean((first.get("loaded") or first.get("load_error") or {}).get("output", "")))
+    # The subject names the learner's frames "your file"; the report shows the real path, as Python does.
+    real = f'File "{os.fsdecode(user_file)}"'
     checks = [CheckResult(clean(e["name"]), e["status"], clean(e.get("message", "")), e.get("seconds", 0.0),
-                          clean(e.get("output", "")), {k: clean(v) for k, v in e.get("details", {}).items()},
+                          clean(e.get("output", "")),
+                          {k: clean(v).replace('File "your file"', real) if k == "traceback" else clean(v)
+                           for k, v in e.get("details", {}).items()},
                           [clean(n) for n in e.get("notes", [])],
                           "observed" if e.get("kind") == "observed" else "verified")
               for e in events if e.get("event") == "check"]
@@ -275,30 +283,57 @@ def _verdict(exercise, user_file, events, nonce, returncode, timed_out, timeout,
         if worker_error.strip():
             result.output = worker_error
         return result
-    if keyword and done is not None and done.get("exit") == 4:  # pytest's usage error: the expression
-        result.message = f"-k {keyword!r} is not a valid expression: join words with and, or, not"
-        return result
+    total = next((e.get("total", e["count"]) for e in events if e.get("event") == "collected"), None)
+    if keyword and collected is not None:
+        result.selection = {"keyword": keyword, "selected": collected, "of": total}
     if collected == 0 and keyword:
-        result.message = f"no check's name contains {keyword!r}: run without -k to see every check's name"
+        result.message = (f"no check's name has the word {keyword!r} (whole words count, in any case): "
+                          "run without -k to see every check's name")
         return result
     # pytest exits with 2 (interrupted) when the recorder stopped the run early.
     clean_exits = (0, 1, 2) if "stopped" in kinds else (0, 1)
     if collected is None or collected == 0 or done.get("exit") not in clean_exits:
         result.message = "the hidden checks could not be run (a problem in drill itself; please report it)"
         return result
+    result.message = summary(checks, collected, first.get("stopped", {}).get("reason", ""), timeout)
     failed = [c for c in checks if c.status not in ("pass", "skip")]
     if failed or len(checks) < collected or all(c.status == "skip" for c in checks):
         result.status = "fail"
-        result.message = f"{len(failed)} of {plural(collected, 'check')} failed" if failed else "not every check ran"
         if len(checks) < collected:
-            why = "first failure" if first.get("stopped", {}).get("reason") == "first failure" else "a check timed out"
             left = collected - len(checks)
-            result.message += f"; {left} not run after {why}"
-            result.checks = checks + [CheckResult(f"{left} more", "not-run", f"not run: stopped after {why}")]
+            result.checks = checks + [CheckResult(f"{left} more", "not-run", f"not run: {_stop_reason(first, timeout)}")]
         return result
     result.status = "pass"
-    skipped = [c for c in checks if c.status == "skip"]
-    ran = collected - len(skipped)
-    result.message = ("all " if ran > 1 else "") + f"{plural(ran, 'check')} passed" + (
-        f" ({len(skipped)} skipped)" if skipped else "")
     return result
+
+
+def _sandbox_level(first: dict) -> str | None:
+    """The worker's sandbox level; None when no worker started (nothing of the file ran)."""
+    level = first.get("start", {}).get("sandbox")
+    return None if level is None else str(level)
+
+
+def _stop_reason(first: dict, timeout: float) -> str:
+    reason = first.get("stopped", {}).get("reason", "")
+    if reason == "first failure":
+        return "stopped at the first failure (-x)"
+    return f"the {timeout:g} s time limit was used up"
+
+
+def summary(checks: list[CheckResult], collected: int, stopped: str = "", timeout: float = 0.0) -> str:
+    """The one count a run is summed up by, the same as `drill list` and `drill status` show:
+    checks passed of the checks that apply here (a skipped check applies to another machine)."""
+    skipped = sum(1 for c in checks if c.status == "skip")
+    passed = sum(1 for c in checks if c.status == "pass")
+    applicable = collected - skipped
+    tail = f" ({skipped} skipped)" if skipped else ""
+    if applicable == 0:
+        return f"no check applies here: {plural(skipped, 'check')} skipped"
+    if passed == applicable:
+        return ("all " if applicable > 1 else "") + f"{plural(applicable, 'check')} passed" + tail
+    text = f"{passed} of {plural(applicable, 'check')} passed"
+    left = collected - len(checks)
+    if left:
+        why = "after the first failure" if stopped == "first failure" else f"in the {timeout:g} s time limit"
+        text += f"; {left} not run {why}"
+    return text + tail

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from drill.console import console
 from drill.errors import cannot
+from drill.words import plural
 
 MAX_KEYS_DRAWN = 96  # one character per key; longer caches are drawn one character per block
 MAX_SPLITS = 64
@@ -45,7 +46,8 @@ def splits_summary(sk: int, num_splits: int) -> Group:
     size = -(-sk // num_splits)
     head = Text()
     head.append("Split-KV decoding", style="accent")
-    head.append(f"  {sk} cached keys, {num_splits} splits of ceil({sk}/{num_splits}) = {size} keys\n")
+    head.append(f"  {plural(sk, 'cached key')}, {plural(num_splits, 'split')} of ceil({sk}/{num_splits}) = "
+                f"{plural(size, 'key')}\n")
     head.append("Each split is one thread block: softmax over its own keys gives (O_c, L_c); the splits "
                 "then merge by logsumexp, o = Σ e^(L_c − L) · O_c with L = log Σ e^(L_c).")
     step = max(1, -(-sk // MAX_KEYS_DRAWN))  # keys per character
@@ -108,7 +110,7 @@ def pages_summary(seq_lens: list[int], page: int, shared: int) -> Group:
     tables, pool = block_tables(seq_lens, page, shared)
     head = Text()
     head.append("Paged KV cache", style="accent")
-    head.append(f"  page size {page}, {len(seq_lens)} sequences, {pool} pages in the pool"
+    head.append(f"  page size {page}, {plural(len(seq_lens), 'sequence')}, {plural(pool, 'page')} in the pool"
                 + (f", {shared} shared prefix page{'s' if shared != 1 else ''}" if shared else "") + "\n")
     head.append("Key t of sequence b is in physical page block_table[b][t // page], slot t % page; "
                 "entries past a sequence's last page are -1 (and k_pages[-1] is a real page: never read them).")
@@ -143,7 +145,7 @@ def pages_summary(seq_lens: list[int], page: int, shared: int) -> Group:
                  f"reservation of max_len = {max(seq_lens)} per sequence would leave "
                  f"{len(seq_lens) * max(seq_lens) - sum(seq_lens)} slots empty.")
     if shared:
-        notes.append(f"\nSharing the prefix stores {shared * page * (len(seq_lens) - 1)} keys once "
+        notes.append(f"\nSharing the prefix stores {plural(shared * page * (len(seq_lens) - 1), 'key')} once "
                      "instead of once per sequence. The shared pages drawn here are full, so each sequence "
                      "writes its new keys into pages of its own; PagedAttention also shares a partly filled "
                      "last page, and a sequence that writes into a shared page first copies it "

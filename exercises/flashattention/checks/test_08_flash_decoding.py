@@ -272,3 +272,12 @@ def test_long_cache_memory(sub, rng):
             o_ref, lse_ref = attention(q, K, V, False, None)
             close(o, o_ref, call, atol=O_ATOL, rtol=O_RTOL, what="o (attention over the whole cache)",
                   hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+
+
+# What the functions should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {
+    "split_kv_partials": lambda q, K, V, num_splits, causal=False, scale=None:
+        partials(q, K, V, num_splits, causal, scale),
+    "flash_decode": lambda q, K, V, num_splits, causal=False, scale=None:
+        merge(*partials(q, K, V, num_splits, causal, scale)),
+}
