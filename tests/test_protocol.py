@@ -146,3 +146,21 @@ def test_an_array_header_over_budget_is_refused_before_allocating():
     stream.seek(0)
     with pytest.raises(protocol.ProtocolError, match="more than"):
         protocol.receive(stream, limit=1 << 20)
+
+
+def test_repro_scripts_carry_names_as_literals_never_as_code(tmp_path):
+    """A learner's file named with quotes and newlines must not become code in the --repro script."""
+    import subprocess
+
+    from drill.grader import repro
+
+    bundle = tmp_path / "bundle.npz"
+    assert repro.save(str(bundle), 'check "x"', "f", [np.arange(3.0)], {}, np.arange(3.0), seed=7)
+    name = 'evil"; open("pwned", "w"); x = "\n.py'
+    user_file = tmp_path / name
+    user_file.write_text("def f(a):\n    return a\n")
+    script = repro.write(bundle, user_file)
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert not (tmp_path / "pwned").exists(), run.stdout + run.stderr
+    assert run.returncode == 0 and "matches" in run.stdout, run.stdout + run.stderr
+    assert "SEED = 7" in script.read_text()
