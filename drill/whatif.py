@@ -96,7 +96,8 @@ def outcome_of(result: GradeResult) -> Outcome:
     failed = [c for c in result.checks if c.status == "fail"]
     names = [c.name for c in failed]
     diagnoses = [c.message for c in failed[:SHOWN_DIAGNOSES]]
-    if "timed out" in result.message:  # a check hung; the grader stopped it and the rest
+    hung = any(c.message.startswith("did not finish") for c in failed) or "not run in the" in result.message
+    if "timed out" in result.message or hung:  # a check hung; the grader stopped it (and maybe the rest)
         return Outcome("timeout", names, diagnoses, result.message, result.seconds)
     raised = [re.match(r"your code raised (\w+)", c.message) for c in failed]
     if failed and all(raised):

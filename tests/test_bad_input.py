@@ -91,7 +91,7 @@ def test_infinite_loop_in_a_check_times_out(tmp_path):
 
 
 def test_a_check_that_hangs_fails_alone_and_the_rest_still_run(tmp_path):
-    # Only the 2-D input hangs (one check of 13): it times out, the subject is restarted for the
+    # Only the 2-D input hangs (one check): it times out, the subject is restarted for the
     # next check, and every other check runs and passes within the limit.
     path = write(tmp_path, GOOD.read_text().replace(
         "    rows = np.atleast_2d(x)  # [rows, n]",
@@ -102,7 +102,8 @@ def test_a_check_that_hangs_fails_alone_and_the_rest_still_run(tmp_path):
     assert len(hung) >= 1, doc["checks"]
     assert all(c["status"] == "pass" for c in doc["checks"] if c not in hung)
     assert "not-run" not in [c["status"] for c in doc["checks"]]
-    assert doc["message"].startswith(f"{13 - len(hung)} of 13 checks passed")
+    total = len(doc["checks"])
+    assert doc["message"].startswith(f"{total - len(hung)} of {total} checks passed")
     assert all(c["seconds"] > 0 for c in doc["checks"])  # each check's own time, set-up included
 
 

@@ -24,7 +24,7 @@ GENERIC = sorted((REDTEAM / "generic").glob("*.py"))
 SPECIFIC = sorted((REDTEAM / "specific").glob("*/*.py"))
 NUMPY_EXERCISES = [ex for ex in catalog.all_exercises() if ex.needs == "cpu"]
 TORCH_EXERCISES = [ex for ex in catalog.all_exercises() if ex.needs != "cpu"]  # ring ranks, Triton kernel
-MARKER = "drill-escapee"
+MARKER = f"drill-esc-{os.getpid() % 100000}"  # per test process (15 characters at most, as comm keeps)
 QUICK_TIMEOUT = 20.0  # attacks that hang are stopped sooner than a learner's file would be
 TORCH_TIMEOUT = 90.0  # the torch exercises' checks alone take 15-30 s on a CPU
 

@@ -251,3 +251,19 @@ def test_wide_block_table_memory(sub, rng):
     o = array(result, call, shape=(2, 2, d), what="o")
     close(o, reference(q, pool), call, atol=ATOL, rtol=RTOL, what="o",
           hint="memory is fine, but o is wrong; the other checks name the mistake")
+
+def _reference_from_arrays(q, k_pages, v_pages, block_table, seq_lens, scale=None):
+    """The reference for a call given as the arrays paged_decode takes (the keys read back from the
+    pages its block table names)."""
+    page = k_pages.shape[1]
+    lens = np.asarray(seq_lens, dtype=np.int64)
+    keys, values = [], []
+    for b, n in enumerate(lens):
+        pages = np.asarray(block_table[b][:-(-int(n) // page)], dtype=np.int64)
+        keys.append(k_pages[pages].reshape(-1, *k_pages.shape[2:])[:n])
+        values.append(v_pages[pages].reshape(-1, *v_pages.shape[2:])[:n])
+    return reference(q, Pool(k_pages, v_pages, np.asarray(block_table), lens, keys, values), scale)
+
+
+# What paged_decode should return, for `drill check --repro` (values only reach the learner).
+REFERENCES = {"paged_decode": _reference_from_arrays}
