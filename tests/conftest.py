@@ -14,7 +14,7 @@ if not HAS_GPU:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run by kernels/gpu_suite.py on the device)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run by kernels/benchmarks/suite.py on the device)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on a CPU")
 
 

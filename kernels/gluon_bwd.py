@@ -33,8 +33,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from .common import LOG2E
 from .fastlaunch import FastLaunch
-from .flash_hopper import LOG2E, TILE, _descriptor, _origin, _tma_load, _tma_store
+from .gluon_common import TILE, _descriptor, _origin, _tma_load, _tma_store
+from .gluon_common import applicable as _forward_scope
 
 
 def _cfg(block_m, block_n, stages, reverse=False):
@@ -366,9 +368,7 @@ def _bwd_q_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, H, G, S
 def applicable(q, k, v, do, causal: bool) -> bool:
     """Whether this kernel covers the call: flash_hopper's forward scope, and dO laid out so a
     descriptor can read it (contiguous, or a [B, S, H, D] view)."""
-    from . import flash_hopper
-
-    if not flash_hopper.applicable(q, k, v, causal):
+    if not _forward_scope(q, k, v, causal):
         return False
     if do.shape != q.shape or do.dtype != q.dtype or not (do.is_contiguous() or do.transpose(1, 2).is_contiguous()):
         return False
@@ -385,7 +385,9 @@ def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float,
     HKV, SK = k.shape[1], k.shape[2]
     cfg = cfg or CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
-    assert SQ % TILE == 0 and SK % TILE == 0 and dk.stride() == dv.stride()
+    if SQ % TILE or SK % TILE or dk.stride() != dv.stride():
+        raise ValueError(f"backward_kv: Sq = {SQ} and Sk = {SK} must be multiples of {TILE}, dk and dv laid out "
+                         f"alike (strides {dk.stride()} and {dv.stride()})")
     _launch_kv(
         (SK // bn * B * HKV,), _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts),
         _descriptor(v, bn // parts), _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV,
@@ -401,7 +403,9 @@ def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg:
     HKV, SK = k.shape[1], k.shape[2]
     cfg = cfg or Q_CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
-    assert SQ % TILE == 0 and SK % TILE == 0 and dq.stride() == q.stride()
+    if SQ % TILE or SK % TILE or dq.stride() != q.stride():
+        raise ValueError(f"backward_q: Sq = {SQ} and Sk = {SK} must be multiples of {TILE}, dq laid out as q "
+                         f"(strides {dq.stride()} and {q.stride()})")
     _launch_q(
         (SQ // bm * B * H,), _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn),
         _descriptor(v, bn), _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3],
