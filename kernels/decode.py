@@ -309,7 +309,7 @@ def _tune(run, o, B, hkv, max_len, sms, num_splits):
     merge or not; a candidate whose output differs from the plain two-kernel path is dropped, so a
     fast wrong variant can never be chosen. The GPU's time alone decides, timed as CUDA-graph
     replays: eager do_bench lets host time leak in where it exceeds the L2 flush, which made the
-    one-launch fused merge look faster than it runs (NOTES d2, d4)."""
+    one-launch fused merge look faster than it runs (kernels/NOTES.md)."""
     run(CANDIDATES[0], num_splits or pick_num_splits(B, hkv, max_len, sms, CANDIDATES[0][0]), False)
     want = o.float().clone()
     tol = 1e-2 * max(1.0, float(want.abs().max()))

@@ -29,8 +29,8 @@ quantises for either (prepare) and runs its own (forward).
 
 Shapes as flash_attention: q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with Hkv dividing H (GQA), any
 lengths, causal aligned bottom-right. Returns o in q's dtype (and the natural-log lse). The Triton
-kernel is plain pointer arithmetic, so it runs under TRITON_INTERPRET=1; kernels/NOTES.md h10 and
-h11 have the accuracy and speed.
+kernel is plain pointer arithmetic, so it runs under TRITON_INTERPRET=1; kernels/NOTES.md has
+the accuracy and speed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """FlashAttention backward for Hopper in Gluon: TMA producer warps and asynchronous wgmma.
 
-kernels/NOTES.md (v7, "where #16 stands", b1-b3) found that the backward's 7-matmul split already
+kernels/NOTES.md found that the backward's 7-matmul split already
 runs the tensor cores near their rate in plain Triton, and that a deterministic 5-matmul pass
 loses more to its ordered dQ hand-off than it saves. These kernels keep the split's two passes
 and write each the way flash_hopper.py writes the forward (FlashAttention-3, Shah et al. 2024:
@@ -14,7 +14,7 @@ warp specialisation and asynchronous wgmma):
   is on the tensor cores, issues dV += Pᵀ dO, computes dSᵀ = Pᵀ ∘ (dPᵀ − Δ) while dV runs, and
   issues dK += dSᵀ Q. REVERSE configs take the query blocks from the last one down, so the causal
   programs of a head, which start at their own diagonal otherwise, read the same blocks in step
-  (kernels/NOTES.md h3: +3-7 % causal, -4-5 % unmasked at D = 128; the plan picks per shape).
+  (kernels/NOTES.md: +3-7 % causal, -4-5 % unmasked at D = 128; the plan picks per shape).
 - dQ (_bwd_q_kernel). A program owns BLOCK_M query rows (Q, dO in shared memory, dQ in registers
   of PARTS warpgroups of 64 rows); the producer streams K_j, V_j; per key block a consumer issues
   S = Q Kᵀ and dP = dO Vᵀ together, computes P while dP runs, then dQ += dS K_j.
@@ -40,12 +40,12 @@ from .gluon_common import applicable as _forward_scope
 
 
 def _cfg(block_m, block_n, stages, reverse=False):
-    # two consumer warpgroups; REVERSE (dK/dV): query blocks last to first (kernels/NOTES.md h3)
+    # two consumer warpgroups; REVERSE (dK/dV): query blocks last to first (kernels/NOTES.md)
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=2, REVERSE=reverse)
 
 
 # Per head dim, best first. dK/dV: BLOCK_M query rows streamed per step against BLOCK_N keys per
-# program, 64 key rows per warpgroup (wgmma's M; 32-row query blocks lost 10-15 %, NOTES b2).
+# program, 64 key rows per warpgroup (wgmma's M; 32-row query blocks lost 10-15 %, kernels/NOTES.md).
 CANDIDATES = {
     64: [_cfg(64, 128, 3), _cfg(64, 128, 4), _cfg(64, 128, 3, reverse=True)],
     128: [_cfg(64, 128, 2), _cfg(64, 128, 3), _cfg(64, 128, 2, reverse=True)],
@@ -375,7 +375,7 @@ def applicable(q, k, v, do, causal: bool) -> bool:
     return do.data_ptr() % 16 == 0 and do.untyped_storage().nbytes() < 2**31
 
 
-# Skip Triton's binder on repeated calls: at S = 1k a backward's host time matched its GPU time (NOTES h4).
+# Skip Triton's binder on repeated calls: at S = 1k a backward's host time matched its GPU time (kernels/NOTES.md).
 _launch_kv, _launch_q = FastLaunch(_bwd_kv_kernel), FastLaunch(_bwd_q_kernel)
 
 

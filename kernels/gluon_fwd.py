@@ -1,6 +1,6 @@
 """FlashAttention forward for Hopper in Gluon: a TMA producer warp and wgmma issued asynchronously.
 
-kernels/NOTES.md (v2, v5) found what holds the plain-Triton forward near 0.85× cuDNN at D = 128:
+kernels/NOTES.md found what holds the plain-Triton forward near 0.85× cuDNN at D = 128:
 the softmax of a score tile does not overlap the tensor cores' work, and plain Triton 3.6 can
 neither split the warps into roles nor keep a matmul in flight across the softmax. Gluon,
 Triton's lower-level language, can; this kernel does what FlashAttention-3 does (Shah et al.
@@ -19,10 +19,10 @@ Triton's lower-level language, can; this kernel does what FlashAttention-3 does 
   read from shared memory serves 192 query rows; no turns. 192 divides few sequence lengths, so
   one block of each head overlaps its neighbour (_first_row).
 - TRIM (causal). That overlap goes to the shortest tile, and each consumer partition stops at its
-  own diagonal instead of the tile's (kernels/NOTES.md h8: +9 % for the 192-row tiles at 4k).
+  own diagonal instead of the tile's (kernels/NOTES.md: +9 % for the 192-row tiles at 4k).
 - Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
   producer loads the next tile while the consumers finish the current one; with two Q buffers
-  (Q_BUFFERS) the next tile's Q too (NOTES h12: +2 % on average, up to +10 %). Causal tiles come
+  (Q_BUFFERS) the next tile's Q too (kernels/NOTES.md: +2 % on average, up to +10 %). Causal tiles come
   from lists the host balanced (_schedule), so every program gets the same work. One-tile causal
   programs run longest first over groups of heads (_grouped), so the grid ends on short ones.
 
@@ -64,8 +64,8 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
 # are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup; PARTS=2 two consumer partitions of
 # 4 warps in ping-pong, PARTS=3 three of 64 rows without turns (the 192-row tiles: at D = 64 they
-# beat every 128-row config by 10-17 % without a mask, NOTES h7; their persistent version, with
-# TRIM, was the best at 4k, NOTES h8). maxnreg=128 caps a program at 32k registers, so that two
+# beat every 128-row config by 10-17 % without a mask, kernels/NOTES.md; their persistent version, with
+# TRIM, was the best at 4k, kernels/NOTES.md). maxnreg=128 caps a program at 32k registers, so that two
 # programs share an SM (and the scheduler overlaps one's softmax with the other's matmuls) where
 # their shared memory also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops
 # over the tiles, so the producer loads the next tile's Q, K and V while the consumers finish the
@@ -96,10 +96,10 @@ def _tile_count(num_tiles, SCHED, SCHEDULED: gl.constexpr):
 def _grouped(t, n, heads, group):
     """The t-th causal program's block rank (0: the block with the most work) and head, when each
     head has n blocks and programs go longest first over groups of `group` heads: every head's
-    rank-0 block of a group, then every head's rank-1 block, and so on (kernels/NOTES.md h1).
+    rank-0 block of a group, then every head's rank-1 block, and so on (kernels/NOTES.md).
     Head by head (group = 1) the last heads' longest blocks start in the last wave and run on
     alone; a group whose work fills the GPU twice over ends on short blocks instead, and a few
-    heads at a time still share L2 (all heads at once lost to L2 misses, NOTES v8). When group
+    heads at a time still share L2 (all heads at once lost to L2 misses, kernels/NOTES.md). When group
     does not divide heads the smaller group goes first, so the grid ends on a full one."""
     rem = heads % group
     if t < rem * n:
@@ -118,8 +118,8 @@ def _tile(k, n_m, heads, group, SCHED, CAUSAL: gl.constexpr, SCHEDULED: gl.const
     SCHEDULED (persistent programs, causal): the k-th entry of this program's list in SCHED, which
     the host balanced (_schedule). Otherwise program p takes every P-th tile from p on, in the
     order a (n_m, B·H) grid runs them: query blocks fastest, so the tiles running at once share a
-    head's K and V in L2 (without a mask, groups of heads gained nothing in either layout, NOTES
-    h8); causal ones longest first over groups of heads (_grouped)."""
+    head's K and V in L2 (without a mask, groups of heads gained nothing in either layout,
+    kernels/NOTES.md); causal ones longest first over groups of heads (_grouped)."""
     P = gl.num_programs(0)
     pid = gl.program_id(0)
     if SCHEDULED:
@@ -141,7 +141,7 @@ def _first_row(start_m, n_m, SQ, BLOCK_M: gl.constexpr, TRIM: gl.constexpr):
     same (the same keys in the same order; a key block masked out for a row adds exact zeros), so
     writing them twice is harmless. TRIM: the blocks are laid from the head's last row down and
     block 0 overlaps block 1, so a causal grid recomputes rows of its shortest tile, not of its
-    longest (6 % of the work at 4k, kernels/NOTES.md h8). Otherwise the last block overlaps."""
+    longest (6 % of the work at 4k, kernels/NOTES.md). Otherwise the last block overlaps."""
     if TRIM:
         return gl.maximum(SQ - (n_m - start_m) * BLOCK_M, 0)
     else:
@@ -297,7 +297,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         n_blocks = _key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)  # what the producer loads for the tile
         row0 = m0 + PART * BM  # first query row of this partition, within the head
         # TRIM: a causal partition stops at its own diagonal; the tile's later blocks are wholly
-        # masked for its rows (exact no-ops), and the first partition always has one (NOTES h8)
+        # masked for its rows (exact no-ops), and the first partition always has one (kernels/NOTES.md)
         mine = _key_blocks(row0, SK, BM, BLOCK_N, CAUSAL) if TRIM else n_blocks
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
         m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -442,8 +442,8 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB,
 
 
 GROUP_HEADS = True  # causal programs longest first over groups of heads (_grouped); the benchmark compares
-TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, NOTES h8)
-Q_BUFFERS = 2  # programs with several tiles: the next tile's Q loads while this one runs (NOTES h12)
+TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, kernels/NOTES.md)
+Q_BUFFERS = 2  # programs with several tiles: the next tile's Q loads while this one runs (kernels/NOTES.md)
 L2_SHARE = 24 * 2**20  # bytes one group of heads may stream through L2 at once (an H200 has 50 MB)
 
 
@@ -469,7 +469,7 @@ def _schedule(n_m: int, heads: int, programs: int, group: int, sq: int, bm: int,
     Tiles go longest first over groups of heads (so a few heads share L2 at a time, as _grouped),
     each to the program with the least work so far, counted in key blocks plus one for the tile's
     prologue (list scheduling). Dealing them round-robin, even in pairs of one long and one short
-    tile, left 3-9 % of the GPU idle at the end (simulated: kernels/NOTES.md h13); lists end
+    tile, left 3-9 % of the GPU idle at the end (simulated: kernels/NOTES.md); lists end
     within 2 % of even when a group holds twice the longest tile's work per program
     (causal_group with twice the programs, as _launch calls it).
     balanced=False (BALANCED, for the benchmark to compare) deals the previous kernel's pairs
@@ -497,7 +497,7 @@ def _schedule(n_m: int, heads: int, programs: int, group: int, sq: int, bm: int,
     return torch.tensor(table, dtype=torch.int32).flatten().to(device)
 
 
-_launch_fwd = FastLaunch(_fwd_kernel)  # skips Triton's binder on repeated calls (host time, NOTES h4)
+_launch_fwd = FastLaunch(_fwd_kernel)  # skips Triton's binder on repeated calls (host time, kernels/NOTES.md)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,

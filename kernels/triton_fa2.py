@@ -587,7 +587,7 @@ def _f(bm, bn, w, s, prefetch=False, poly=0):
 
 
 def _candidates(kind: str, d: int) -> list[dict]:
-    """Candidate configs for head dim d on a Hopper-class GPU, best first (NOTES.md, sweep 1)."""
+    """Candidate configs for head dim d on a Hopper-class GPU, best first (kernels/NOTES.md)."""
     if kind == "fwd":
         if d <= 64:
             return [_f(64, 128, 4, 2), _f(64, 64, 4, 3), _f(128, 128, 4, 3),
@@ -610,7 +610,7 @@ def _candidates(kind: str, d: int) -> list[dict]:
         return [_c(64, 32, 4, 2), _c(64, 64, 8, 2)]
     if kind in ("bwd_onepass", "bwd_atomic"):
         # the dK/dV tiles plus a [BLOCK_M, D] fp32 dQ_partial; 128-key tiles halve the dQ hand-offs
-        # per FLOP (NOTES.md, v7), at the price of 8 warps for the dK, dV accumulators
+        # per FLOP (kernels/NOTES.md), at the price of 8 warps for the dK, dV accumulators
         if d <= 64:
             return [_c(64, 128, 8, 2), _c(32, 128, 4, 2), _c(64, 64, 4, 2)]
         if d <= 128:
@@ -682,7 +682,7 @@ _FAST: dict = {}
 
 def _fast(kernel) -> FastLaunch:
     """kernel's launcher that skips Triton's binder on repeated calls (fastlaunch.py): at S = 1k a
-    call's host time is as long as its GPU time (NOTES h4)."""
+    call's host time is as long as its GPU time (kernels/NOTES.md)."""
     if kernel not in _FAST:
         _FAST[kernel] = FastLaunch(kernel)
     return _FAST[kernel]

@@ -1049,7 +1049,7 @@ def test_cpu_causal_schedule_runs_every_tile_once_and_evenly(sq, bm, bn, heads):
     """The persistent causal forward's lists (gluon_fwd._schedule): every tile of every head exactly
     once, and no program with more than 2 % over the average work, counted as the kernel spends it
     (the key blocks up to the tile's diagonal, TRIM's first rows); the pairs of the previous kernel
-    left 3-9 % on these shapes (kernels/NOTES.md h13): they must stay a point worse."""
+    left 3-9 % on these shapes (kernels/NOTES.md): they must stay a point worse."""
     pytest.importorskip("triton.experimental.gluon")
     n_m, programs = -(-sq // bm), 132
 

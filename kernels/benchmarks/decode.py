@@ -184,7 +184,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
                     row[f"{name}_graph_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
             # The roofline at this size: a device copy moving as many bytes (read K, write K), replayed
             # from a graph like the rows above; launch and tail effects cap any kernel at small sizes.
-            # The better of a memcpy (replayed from a graph, ≥ 0.5 GB copies ran at 2.7 TB/s: NOTES d4)
+            # The better of a memcpy (replayed from a graph, ≥ 0.5 GB copies ran at 2.7 TB/s: kernels/NOTES.md)
             # and an elementwise kernel.
             dst = torch.empty_like(case["k"])
             copies = (lambda d=dst, k=case["k"]: d.copy_(k), lambda d=dst, k=case["k"]: torch.mul(k, 1, out=d))

@@ -142,7 +142,7 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
 
     Each row times its implementations `rounds` times in turn and keeps each one's fastest median:
     single rows have read 40 % low on this H200 for one implementation and not the others, in
-    runs where the same call timed normally minutes before (kernels/NOTES.md g6).
+    runs where the same call timed normally minutes before (kernels/NOTES.md).
 
     user: the user's kernel already timed, {(d, s, causal): result} from bench_user.time_user_kernel
     (forward rows only; its backward rows leave the column empty).
@@ -565,7 +565,7 @@ def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
 def bench_short_backward(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[[str], None] = print
                          ) -> tuple[list[dict], str]:
     """S = 1k causal backward, where our row of the main table has swung between 0.57 and 0.88× cuDNN
-    (kernels/NOTES.md h4): per backward plan and for cuDNN, the host µs per call, the do_bench time
+    (kernels/NOTES.md): per backward plan and for cuDNN, the host µs per call, the do_bench time
     (as the main table times it) and the GPU time alone (the kernels' time in torch.profiler, 10
     calls). A plan whose host time exceeds its GPU time is host-bound: its eager figure measures
     Python and launches, not the kernels."""
@@ -651,7 +651,7 @@ def probe_backward_plan(plan: str, timeout: float = 420.0) -> str | None:
 
 
 def bwd_variant_configs(d: int, plans=("split", "hopper")) -> dict[str, tuple[str, dict]]:
-    """Backward variants timed side by side (kernels/NOTES.md, v7, b1): (plan, configs pinned in
+    """Backward variants timed side by side (kernels/NOTES.md): (plan, configs pinned in
     flash.FORCED_CONFIGS; empty for the tuner's pick), for the plans asked for."""
     from drill.kernels import gluon_bwd
 
