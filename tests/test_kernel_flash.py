@@ -954,19 +954,19 @@ def build_bwd(kernel, d, cfg, causal):
     return triton_compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4))
 
-if sys.argv[1] == "every":  # shared memory of every candidate
-    for d, cfgs in gluon_fwd.CANDIDATES.items():
-        for cfg in cfgs:
-            print(json.dumps(dict(d=d, cfg=cfg, shared=build(d, cfg).metadata.shared)), flush=True)
-elif sys.argv[1] == "bwd":  # every backward candidate of both passes, causal or not
+if sys.argv[1] == "every":  # shared memory of every candidate at head dim argv[2]
+    d = int(sys.argv[2])
+    for cfg in gluon_fwd.CANDIDATES[d]:
+        print(json.dumps(dict(d=d, cfg=cfg, shared=build(d, cfg).metadata.shared)), flush=True)
+elif sys.argv[1] == "bwd":  # every candidate of pass argv[2] at head dim argv[3], causal or not
     from drill.kernels import gluon_bwd
-    for kernel, table in (("kv", gluon_bwd.CANDIDATES), ("q", gluon_bwd.Q_CANDIDATES)):
-        for d, cfgs in table.items():
-            for cfg in cfgs:
-                for causal in (False, True):
-                    k = build_bwd(kernel, d, cfg, causal)
-                    print(json.dumps(dict(kernel=kernel, d=d, cfg=cfg, causal=causal, shared=k.metadata.shared,
-                                          overlapped="wgmma.wait_group.sync.aligned 1" in k.asm["ptx"])), flush=True)
+    kernel, d = sys.argv[2], int(sys.argv[3])
+    table = gluon_bwd.CANDIDATES if kernel == "kv" else gluon_bwd.Q_CANDIDATES
+    for cfg in table[d]:
+        for causal in (False, True):
+            k = build_bwd(kernel, d, cfg, causal)
+            print(json.dumps(dict(kernel=kernel, d=d, cfg=cfg, causal=causal, shared=k.metadata.shared,
+                                  overlapped="wgmma.wait_group.sync.aligned 1" in k.asm["ptx"])), flush=True)
 else:  # the PTX of one 128 x 128 tile at D = 128: partitions, consumer warps
     parts, warps = int(sys.argv[1]), int(sys.argv[2])
     cfg = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=warps, maxnreg=None, PARTS=parts, PERSISTENT=True)
@@ -999,34 +999,40 @@ def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
-def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(tmp_path):
+@pytest.mark.parametrize("d", [64, 128])
+def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(d, tmp_path):
     """Each candidate as the plan launches it fits one block's shared memory on sm_90; the 3-stage
     D = 128 config does only because a one-tile program writes O through Q's buffer, so the same
-    config with its own O buffer (a persistent program) must not fit."""
+    config with its own O buffer (a persistent program) must not fit. One test per head dim, so
+    parallel workers share the compiles."""
     import json
 
     pytest.importorskip("triton.experimental.gluon")
     from drill.kernels import gluon_fwd
 
-    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "every").splitlines()]
-    assert len(seen) == sum(len(c) for c in gluon_fwd.CANDIDATES.values())
+    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "every", str(d)).splitlines()]
+    assert len(seen) == len(gluon_fwd.CANDIDATES[d])
     for row in seen:
         assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK, row
-    three_stage = next(r for r in seen if r["d"] == 128 and r["cfg"]["STAGES"] == 3 and r["cfg"]["BLOCK_N"] == 128)
-    assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
+    if d == 128:
+        three_stage = next(r for r in seen if r["cfg"]["STAGES"] == 3 and r["cfg"]["BLOCK_N"] == 128)
+        assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
-def test_cpu_every_gluon_backward_candidate_compiles_for_hopper(tmp_path):
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kernel", ["kv", "q"])
+def test_cpu_every_gluon_backward_candidate_compiles_for_hopper(kernel, d, tmp_path):
     """Each config of both Gluon backward passes compiles for sm_90 with the installed Triton, fits one
-    block's shared memory, and waits for one matmul while another is still in flight (the overlap)."""
+    block's shared memory, and waits for one matmul while another is still in flight (the overlap).
+    One test per pass and head dim, so parallel workers share the compiles."""
     import json
 
     pytest.importorskip("triton.experimental.gluon")
     from drill.kernels import gluon_bwd
 
-    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "bwd").splitlines()]
-    want = 2 * sum(len(c) for t in (gluon_bwd.CANDIDATES, gluon_bwd.Q_CANDIDATES) for c in t.values())
+    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "bwd", kernel, str(d)).splitlines()]
+    want = 2 * len((gluon_bwd.CANDIDATES if kernel == "kv" else gluon_bwd.Q_CANDIDATES)[d])
     assert len(seen) == want
     for row in seen:
         assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK and row["overlapped"], row
