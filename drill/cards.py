@@ -79,7 +79,8 @@ class Card:
 
     def accepts(self, value: float) -> bool:
         """A numeric answer is right within the card's relative tolerance."""
-        assert self.answer is not None
+        if self.answer is None:
+            raise ValueError(f"card {self.id} has no numeric answer to check a value against")
         return abs(value - self.answer) <= self.tolerance * abs(self.answer) + 1e-9
 
     def reciprocal_of(self, text: str) -> bool:

@@ -40,11 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .bench import graph_ms
+from .common import LOG2E, graph_ms, pow2
 from .fastlaunch import FastLaunch
 from .fastlaunch import interpreting as _interpreting
-
-LOG2E = 1.4426950408889634
 
 
 # --------------------------------------------------------------------------- kernels
@@ -209,29 +207,6 @@ def pick_num_splits(batch: int, hkv: int, max_len: int, sms: int, block_n: int =
 # --------------------------------------------------------------------------- launcher
 
 
-def _check(q, k_cache, v_cache, seq_lens, block_table):
-    assert q.dim() == 3, "q must be [B, Hq, D]"
-    B, Hq, D = q.shape
-    assert k_cache.dim() == 4 and v_cache.shape == k_cache.shape, "k_cache and v_cache must match, 4-d"
-    assert D in (16, 32, 64, 128, 256) and k_cache.shape[3] == D, "D must be a power of two, 16 to 256"
-    hkv = k_cache.shape[2] if block_table is not None else k_cache.shape[1]
-    assert Hq % hkv == 0, "Hq must be a multiple of Hkv"
-    assert seq_lens.shape == (B,), "seq_lens must be [B]"
-    if block_table is None:
-        assert k_cache.shape[0] == B, "a contiguous cache is [B, Hkv, S_max, D]"
-    else:
-        assert block_table.dim() == 2 and block_table.shape[0] == B, "block_table must be [B, max_pages]"
-    for t in (q, k_cache, v_cache):
-        assert t.stride(-1) == 1, "the last dimension must be contiguous"
-    return B, Hq, hkv, D
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two >= n, in plain Python: triton.next_power_of_2 is a jit-aware
-    function that costs ~10 µs of host time a call, and decode calls are a few tens of µs."""
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 # Positional arguments in signature order, constexprs included (see fastlaunch.py): a decode
 # call's host time is mostly Triton's launcher otherwise.
 _launch_split_kernel = FastLaunch(_split_kernel)
@@ -259,19 +234,21 @@ def _launch_split(cfg, grid_args, part_o, part_l, o, num_splits, fused):
     _launch_split_kernel(
         (num_splits, B * hkv), q, k, v, seq_lens, table, part_o, part_l, o, locks, *strides, o.stride(0),
         o.stride(1), scale, num_splits, hkv,
-        group, group_pad, D, block_n, paged, page, ieee, fused, _pow2(num_splits) if fused else 1,
+        group, group_pad, D, block_n, paged, page, ieee, fused, pow2(num_splits) if fused else 1,
         num_warps=warps, num_stages=stages)
 
 
-def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
-                 block_table: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
-    """Decode attention of q [B, Hq, D] over a contiguous or paged KV cache: returns o [B, Hq, D]."""
-    B, Hq, hkv, D = _check(q, k_cache, v_cache, seq_lens, block_table)
+def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
+            block_table: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
+    """Decode attention of q [B, Hq, D] over a contiguous or paged KV cache: returns o [B, Hq, D].
+    The arguments are as dispatch.flash_decode checked them (shapes, dtypes, pages in the pool)."""
+    B, Hq, D = q.shape
+    hkv = k_cache.shape[2] if block_table is not None else k_cache.shape[1]
     if _interpreting() and q.dtype == torch.bfloat16:  # the interpreter has no bf16 arithmetic
-        return flash_decode(q.float(), k_cache.float(), v_cache.float(), seq_lens, block_table,
-                            num_splits).to(torch.bfloat16)
+        return forward(q.float(), k_cache.float(), v_cache.float(), seq_lens, block_table,
+                       num_splits).to(torch.bfloat16)
     group = Hq // hkv
-    group_pad = max(16, _pow2(group))  # tl.dot wants at least 16 rows
+    group_pad = max(16, pow2(group))  # tl.dot wants at least 16 rows
     paged = block_table is not None
     seq_lens = seq_lens.to(device=q.device, dtype=torch.int32)
     (sqb, sqh, _), (k0, k1, k2, _), (v0, v1, v2, _) = q.stride(), k_cache.stride(), v_cache.stride()
@@ -298,7 +275,7 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         _launch_split(cfg, grid_args, part_o, part_l, o, splits, fused)
         if not fused:
             _launch_merge_kernel((B * Hq,), part_o, part_l, o, splits, o.stride(0), o.stride(1), Hq, D,
-                                 min(32, _pow2(splits)), num_warps=4)
+                                 min(32, pow2(splits)), num_warps=4)
 
     if FORCED_CONFIG is not None or _interpreting():
         cfg = FORCED_CONFIG or INTERPRET_CONFIG
@@ -306,7 +283,7 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         LAST.update(config=cfg, num_splits=splits, fused=FUSED_MERGE)
         run(cfg, splits, FUSED_MERGE)
         return o
-    key = (D, group_pad, q.dtype, paged, B * hkv, _pow2(max_len), num_splits)
+    key = (D, group_pad, q.dtype, paged, B * hkv, pow2(max_len), num_splits)
     choice = _TUNED.get(key)
     if choice is None:
         choice = _tune(run, o, B, hkv, max_len, sms, num_splits)
@@ -332,7 +309,7 @@ def _tune(run, o, B, hkv, max_len, sms, num_splits):
     merge or not; a candidate whose output differs from the plain two-kernel path is dropped, so a
     fast wrong variant can never be chosen. The GPU's time alone decides, timed as CUDA-graph
     replays: eager do_bench lets host time leak in where it exceeds the L2 flush, which made the
-    one-launch fused merge look faster than it runs (NOTES d2, d4)."""
+    one-launch fused merge look faster than it runs (kernels/NOTES.md)."""
     run(CANDIDATES[0], num_splits or pick_num_splits(B, hkv, max_len, sms, CANDIDATES[0][0]), False)
     want = o.float().clone()
     tol = 1e-2 * max(1.0, float(want.abs().max()))

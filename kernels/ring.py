@@ -22,14 +22,15 @@ Layouts (which rows a rank holds; the caller shards with `shard()`):
               queries against that rank's early chunk; a later rank's: its late chunk's
               queries against both chunks). Without a mask the layouts do the same work.
 
-Block attention: `drill.kernels.flash_attention(..., return_lse=True)` for CUDA tensors
-(fp16, bf16, fp32; D in 16..256), a float64/float32 torch reference otherwise (CPU, gloo).
-Point-to-point transfers use dist.batch_isend_irecv, which NCCL and gloo both support.
+Block attention is a function the caller hands in, (q, k, v, causal, scale) -> (o, lse):
+dispatch.ring_attention passes the package's flash_attention for CUDA tensors (fp16, bf16, fp32;
+D in 16..256) and `torch_block` below otherwise (CPU, gloo). Point-to-point transfers use
+dist.batch_isend_irecv, which NCCL and gloo both support.
 """
 
 from __future__ import annotations
 
-import math
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -73,7 +74,7 @@ def unshard(shards: list[torch.Tensor], layout: str = "contiguous", dim: int = -
 # --------------------------------------------------------------------------- one block
 
 
-def _torch_block(q, k, v, causal: bool, scale: float):
+def torch_block(q, k, v, causal: bool, scale: float):
     """Reference block attention -> (o, lse) in q's dtype promoted to >= float32; bottom-right causal."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     q, k, v = (t.to(dtype) for t in (q, k, v))
@@ -86,26 +87,6 @@ def _torch_block(q, k, v, causal: bool, scale: float):
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])  # rows with no key: p = 0
     return p @ v, lse
-
-
-def _use_flash(q: torch.Tensor, impl: str) -> bool:
-    if impl == "torch":
-        return False
-    ok = q.dtype in (torch.float16, torch.bfloat16, torch.float32) and q.shape[-1] in (16, 32, 64, 128, 256)
-    if impl == "flash":
-        if not ok:
-            raise ValueError(f"flash_attention cannot run {q.dtype} with head dim {q.shape[-1]}")
-        return True
-    return ok and q.is_cuda
-
-
-def _block(q, k, v, causal: bool, scale: float, impl: str):
-    """(o, lse) of q [B, H, Sq, D] against one K/V block; lse natural log [B, H, Sq]."""
-    if _use_flash(q, impl):
-        from .flash import flash_attention  # imports Triton: only where it is used
-
-        return flash_attention(q, k, v, causal=causal, sm_scale=scale, return_lse=True)
-    return _torch_block(q, k, v, causal, scale)
 
 
 def _merge_into(o_acc, lse_acc, o, lse, rows: slice) -> None:
@@ -142,33 +123,12 @@ def _peer(group, r: int) -> int:
     return r if group is None else dist.get_global_rank(group, r)
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None, causal: bool = False, *,
-                   layout: str = "contiguous", sm_scale: float | None = None, impl: str = "auto"):
-    """This rank's rows of softmax(q kᵀ·scale [+ causal mask]) v over the whole sequence.
-
-    q, k, v  [B, H, S/W, D] or [S/W, D]: this rank's rows, as `shard(x, rank, W, layout)` gives
-    group    process group (None: the default group)
-    causal   mask by global position (S_q = S_k, so top-left and bottom-right agree)
-    layout   "contiguous" or "zigzag" (see the module docstring); zigzag needs S/W even
-    impl     "auto" (flash on CUDA, torch otherwise), "flash" or "torch"
-    returns  (o, lse): o like q; lse [B, H, S/W] (or [S/W]), natural log, float32 (float64 for float64 input)
-    """
-    if impl not in ("auto", "flash", "torch"):
-        raise ValueError("impl must be 'auto', 'flash' or 'torch'")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
-    if q.dim() not in (2, 4) or k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"expected q, k, v of shape [B, H, S, D] or [S, D]: q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError("each rank must hold as many query rows as key rows")
-    flat = q.dim() == 2
-    if flat:
-        q, k, v = (t[None, None] for t in (q, k, v))
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, causal: bool, layout: str, scale: float,
+            block: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's rows of softmax(q kᵀ·scale [+ causal mask]) v over the whole sequence, as
+    dispatch.ring_attention documents it; q, k, v [B, H, n, D] with n even for zigzag, and
+    block(q, k, v, causal, scale) -> (o, lse) the attention of one block."""
     n = q.shape[-2]
-    if layout == "zigzag" and n % 2:
-        raise ValueError(f"zigzag needs an even number of rows per rank, not {n}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     rank = dist.get_rank(group)
     world = dist.get_world_size(group)
     send_to, recv_from = _peer(group, (rank + 1) % world), _peer(group, (rank - 1) % world)
@@ -191,13 +151,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None
             rows, cols, block_causal = todo
             # contiguous(): a no-op for whole shards; half shards become evenly strided for the kernel
             qb, kb, vb = (t[..., r, :].contiguous() for t, r in ((q, rows), (kv[0], cols), (kv[1], cols)))
-            o, lse = _block(qb, kb, vb, block_causal, scale, impl)
+            o, lse = block(qb, kb, vb, block_causal, scale)
             _merge_into(o_acc, lse_acc, o, lse, rows)
         for request in pending:
             request.wait()
         if pending:
             kv = incoming
-    o_out = o_acc.to(q.dtype)
-    if flat:
-        return o_out[0, 0], lse_acc[0, 0]
-    return o_out, lse_acc
+    return o_acc.to(q.dtype), lse_acc

@@ -50,7 +50,7 @@ def test_cli_start_up_imports_no_torch():
 
 # --------------------------------------------------------------------------- --kernel FILE
 #
-# The user's file runs only in the grader's sandboxed subject (kernels/bench_user.py). On a
+# The user's file runs only in the grader's sandboxed subject (drill/grader/bench_user.py). On a
 # CPU the command stops at "no GPU" before anything starts; the timing path is driven here
 # with the GPU check passed and tiny sizes on the CPU (the rest of the table faked), and on
 # the GPU by the `gpu` tests below.
@@ -129,7 +129,7 @@ def test_bench_kernel_that_is_not_a_file_is_refused(args, tmp_path, monkeypatch)
 
 
 def _user_row(result: dict | None, pass_: str = "fwd") -> dict:
-    from drill.kernels import bench
+    from drill.kernels.benchmarks import training as bench
 
     row = {"d": 64, "s": 1024, "b": 16, "h": 32, "causal": False, "pass": pass_, "dtype": "bfloat16", "ms": {},
            "tflops": {}, "max_err_vs_sdpa": {}, "errors": {}}
@@ -142,7 +142,7 @@ TIMED = {"ms": 4.0, "round_trip_ms": 104.0, "transfer_ms": 100.0, "within_noise"
 
 def test_user_figures_in_a_row():
     pytest.importorskip("torch")
-    from drill.kernels import bench
+    from drill.kernels.benchmarks import training as bench
 
     row = _user_row(TIMED)
     assert row["ms"]["user"] == 4.0 and row["tflops"]["user"] == pytest.approx(500.0)
@@ -169,7 +169,8 @@ def cpu_bench(monkeypatch):
     import torch
 
     from drill.commands import bench as command
-    from drill.kernels import bench, bench_user
+    from drill.grader import bench_user
+    from drill.kernels.benchmarks import training as bench
 
     cases = [{"d": 16, "s": 32, "b": 1, "h": 2, "causal": False}]
 
@@ -281,7 +282,7 @@ def test_gpu_bench_kernel_times_the_solution_in_the_sandbox(tmp_path):
 @pytest.mark.gpu
 def test_gpu_bench_kernel_wrong_kernel_has_no_figure():
     """A planted kernel (acc not rescaled) gives wrong outputs at bench sizes: an error, no TFLOP/s."""
-    from drill.kernels import bench_user
+    from drill.grader import bench_user
 
     planted = ROOT / "tests" / "planted" / "flashattention" / "triton-forward" / "acc_not_rescaled.py"
     case = {"d": 128, "s": 4096, "b": 4, "h": 16, "causal": False}

@@ -3,7 +3,7 @@
 CPU: small float32 shapes under TRITON_INTERPRET=1 against a float64 reference: contiguous
 and paged caches, GQA and MQA, ragged seq_lens, NaN in every cache row past seq_len,
 more splits than blocks.
-GPU (marker `gpu`, run by kernels/gpu_suite.py): bf16 and fp16 against an fp32 reference
+GPU (marker `gpu`, run by kernels/benchmarks/suite.py): bf16 and fp16 against an fp32 reference
 on upcast inputs, no more than about twice the error of naive attention in the same
 precision, plus the H200 benchmark shapes at small batch.
 """
@@ -119,6 +119,57 @@ def test_paged_interpreter(page):
         torch.testing.assert_close(o.double(), reference(q, k, v, sl, table), atol=1e-5, rtol=1e-5)
 
 
+def test_reads_outside_the_cache_raise_before_any_kernel_runs():
+    """A page a sequence reads that lies outside the pool, a sequence longer than its row of the
+    table holds, or a length past S_max would make the kernel read out of bounds: each is a
+    ValueError naming the argument (entries past a sequence's last page stay free, -1 included)."""
+    lens = [37, 1, 16]
+    q, k, v, sl, table = paged_cache(3, 4, 2, 16, 16, lens, device="cpu")
+    flash_decode(q, k, v, sl, block_table=table)  # -1 past each sequence's pages: fine
+    for row, col, value in ((0, 2, k.shape[0]), (1, 0, -1), (2, 0, 10**6)):
+        bad = table.clone()
+        bad[row, col] = value
+        with pytest.raises(ValueError, match=rf"block_table\[{row}, {col}\] = {value} is outside the page pool"):
+            flash_decode(q, k, v, sl, block_table=bad)
+    with pytest.raises(ValueError, match="needs up to 5 pages"):  # 70 keys in pages of 16; the row holds 4
+        flash_decode(q, k, v, torch.tensor([70, 1, 16], dtype=torch.int32), block_table=table)
+    qc, kc, vc, slc = contiguous_cache(2, 4, 2, 40, 16, [40, 3], device="cpu")
+    for lens_ in ([41, 3], [0, 3]):
+        with pytest.raises(ValueError, match=r"seq_lens must lie in \[1, S_max = 40\]"):
+            flash_decode(qc, kc, vc, torch.tensor(lens_, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("bad", ["q-dims", "cache-shapes", "head-dim", "dtype", "groups", "seq-lens", "table",
+                                 "num-splits", "strides"])
+def test_argument_errors_name_the_argument(bad):
+    """Every argument check is a ValueError (never an assert, which python -O removes) naming the argument."""
+    q, k, v, sl = contiguous_cache(2, 4, 2, 40, 16, [40, 3], device="cpu")
+    call = dict(q=q, k_cache=k, v_cache=v, seq_lens=sl)
+    name = {"q-dims": "q", "cache-shapes": "v_cache", "head-dim": "head dim", "dtype": "dtype", "groups": "Hq",
+            "seq-lens": "seq_lens", "table": "block_table", "num-splits": "num_splits", "strides": "last dimension"}
+    if bad == "q-dims":
+        call["q"] = q[0]
+    elif bad == "cache-shapes":
+        call["v_cache"] = v[:, :, :20]
+    elif bad == "head-dim":
+        call.update(q=q[..., :12], k_cache=k[..., :12], v_cache=v[..., :12])
+    elif bad == "dtype":
+        call["q"] = q.double()
+    elif bad == "groups":
+        call["q"] = torch.cat([q, q[:, :1]], dim=1)  # 5 query heads over 2 KV heads
+    elif bad == "seq-lens":
+        call["seq_lens"] = sl.float()
+    elif bad == "table":
+        pq, pk, pv, psl, table = paged_cache(2, 4, 2, 16, 16, [40, 3], device="cpu")
+        call = dict(q=pq, k_cache=pk, v_cache=pv, seq_lens=psl, block_table=table[:1])  # one row for B = 2
+    elif bad == "num-splits":
+        call["num_splits"] = 0
+    elif bad == "strides":
+        call["q"] = q.transpose(0, 2).contiguous().transpose(0, 2)
+    with pytest.raises(ValueError, match=name[bad]):
+        flash_decode(**call)
+
+
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-merge", "merge-kernel"])
 def test_both_merge_paths_interpreter(fused, monkeypatch):
@@ -147,18 +198,6 @@ def test_tuner_times_split_counts_that_fill_whole_waves():
     assert decode_mod.pick_num_splits(1, 8, 131072, 132, 64) in counts
     assert decode_mod.split_counts(1, 8, 100, 132, 64) == [1, 2]  # never more splits than blocks of keys
     assert max(decode_mod.split_counts(1, 1, 10**6, 132, 16)) <= 256
-
-
-@pytest.mark.skipif(ON_GPU, reason="the interpreter's small case; the GPU runs the roofline itself")
-@pytest.mark.parametrize("programs", [1, 3, 7])
-def test_roofline_reader_reads_every_byte_once(programs, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    from drill.kernels import decode_roofline
-
-    k = torch.arange(1000, dtype=torch.float32)  # 1000 is no multiple of any chunk
-    v = torch.full((1000,), 0.5)
-    got = decode_roofline.read_sum(k, v, programs, block=64, warps=4, stages=1)
-    assert got.sum().item() == k.sum().item() + 500  # every element of both, none twice
 
 
 # --------------------------------------------------------------------------- GPU

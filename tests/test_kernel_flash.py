@@ -3,7 +3,7 @@
 CPU: small float32 shapes under TRITON_INTERPRET=1 against a float64 reference, through
 every tile path (host and device tensor descriptors, pointer arithmetic); GQA/MQA, the
 [B, S, H, D] layout, the polynomial exp2 and the fp32 precision rule.
-GPU (marker `gpu`, run by kernels/gpu_suite.py): fp16/bf16 against an fp32 reference with
+GPU (marker `gpu`, run by kernels/benchmarks/suite.py): fp16/bf16 against an fp32 reference with
 FlashAttention's rule (no more than about twice the error of naive attention computed in
 the same precision), every head dim, causal, ragged, determinism, GQA, layouts, exact fp32.
 """
@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from drill.kernels import flash as flash_mod  # noqa: E402
+from drill.kernels import dispatch, triton_fa2  # noqa: E402
+from drill.kernels.common import host_ok  # noqa: E402
 from drill.kernels import flash_attention  # noqa: E402
 
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
@@ -59,7 +61,7 @@ def tile_path(request, monkeypatch):
     pointers; forward key loop with or without the score prefetch."""
     tiles, loop = request.param.split("-")
     monkeypatch.setenv("DRILL_FLASH_TMA", {"host": "auto", "device": "1", "pointers": "0"}[tiles])
-    monkeypatch.setitem(flash_mod.INTERPRET_CONFIGS, "fwd", {**flash_mod.INTERPRET_CONFIGS["fwd"],
+    monkeypatch.setitem(triton_fa2.INTERPRET_CONFIGS, "fwd", {**triton_fa2.INTERPRET_CONFIGS["fwd"],
                                                             "PREFETCH": loop == "prefetch"})
     return request.param
 
@@ -188,14 +190,14 @@ def test_cpu_bshd_layout_is_read_in_place_and_kept(monkeypatch):
     views = [t.transpose(1, 2) for t in (q, k, v, do)]
     contig = [t.contiguous() for t in views]
     copies = []
-    monkeypatch.setattr(flash_mod, "_last_dim_contiguous", lambda t: copies.append(t) or t)
+    monkeypatch.setattr(dispatch, "last_dim_contiguous", lambda t: copies.append(t) or t)
     a = _grads(lambda x, y, z: flash_attention(x, y, z, causal=True, return_lse=True), *views)
     b = _grads(lambda x, y, z: flash_attention(x, y, z, causal=True, return_lse=True), *contig)
     for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], a, b):
         assert torch.equal(x, y), f"{name} differs between layouts"
     for name, x in zip(["o", "dq", "dk", "dv"], (a[0], a[2], a[3], a[4])):
         assert x.transpose(1, 2).is_contiguous(), f"{name} is not [B, S, H, D] in memory: strides {x.stride()}"
-    assert flash_mod._host_ok(views[0]) and flash_mod._host_ok(views[1])
+    assert host_ok(views[0]) and host_ok(views[1])
 
 
 def test_cpu_packed_qkv_and_expanded_kv_read_in_place(tile_path):
@@ -205,7 +207,7 @@ def test_cpu_packed_qkv_and_expanded_kv_read_in_place(tile_path):
     B, S, H, D = 2, 32, 3, 16
     qkv = torch.randn(B, S, 3, H, D, generator=g, requires_grad=True)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-    assert flash_mod._host_ok(q) and flash_mod._host_ok(k)
+    assert host_ok(q) and host_ok(k)
     do = torch.randn(B, H, S, D, generator=g)
     o = flash_attention(q, k, v, causal=True)
     (o * do).sum().backward()
@@ -235,7 +237,7 @@ def test_cpu_polynomial_exp2():
     @triton.jit
     def kern(X, Y, N: tl.constexpr):
         i = tl.arange(0, N)
-        tl.store(Y + i, flash_mod._exp2_fma(tl.load(X + i)))
+        tl.store(Y + i, triton_fa2._exp2_fma(tl.load(X + i)))
 
     x = torch.cat([torch.linspace(-130.0, 0.0, 4093), torch.tensor([float("-inf"), -0.0, -1e-30])])
     y = torch.empty_like(x)
@@ -251,8 +253,8 @@ def test_cpu_polynomial_exp2():
 def test_cpu_forward_with_polynomial_exponentials(poly, causal, monkeypatch):
     """A half or a quarter of the unmasked exponentials on the FMA path (TF32 allowed, so fp32
     inputs take it too): errors of the polynomial's size, 1e-4."""
-    monkeypatch.setitem(flash_mod.INTERPRET_CONFIGS, "fwd", {**flash_mod.INTERPRET_CONFIGS["fwd"], "POLY": poly})
-    monkeypatch.setattr(flash_mod, "_tf32_allowed", lambda: True)
+    monkeypatch.setitem(triton_fa2.INTERPRET_CONFIGS, "fwd", {**triton_fa2.INTERPRET_CONFIGS["fwd"], "POLY": poly})
+    monkeypatch.setattr(triton_fa2, "_tf32_allowed", lambda: True)
     g = torch.Generator().manual_seed(poly)
     q, k, v = (torch.randn(2, 2, 64, 32, generator=g) for _ in range(3))
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
@@ -265,7 +267,7 @@ def test_cpu_fp32_precision_follows_pytorch(monkeypatch):
     """fp32 runs fp32-accurate ("tf32x3") unless PyTorch's matmul switch allows TF32, through either API."""
     from types import SimpleNamespace
 
-    assert flash_mod._dot_precision(torch.bfloat16) == "tf32"  # ignored for 16-bit operands
+    assert triton_fa2._dot_precision(torch.bfloat16) == "tf32"  # ignored for 16-bit operands
     cases = [(dict(fp32_precision="none", allow_tf32=False), "tf32x3"),
              (dict(fp32_precision="none", allow_tf32=True), "tf32"),
              (dict(fp32_precision="tf32", allow_tf32=False), "tf32"),
@@ -273,7 +275,7 @@ def test_cpu_fp32_precision_follows_pytorch(monkeypatch):
              (dict(allow_tf32=True), "tf32")]  # a torch without fp32_precision
     for switches, want in cases:
         monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(**switches))
-        assert flash_mod._dot_precision(torch.float32) == want, switches
+        assert triton_fa2._dot_precision(torch.float32) == want, switches
 
 
 BWD_PLAN_CASES = [
@@ -293,7 +295,7 @@ def test_cpu_backward_plans_match_float64(plan, case, tiles, monkeypatch):
     """Each backward plan (flash.BACKWARD: two passes, one pass with dQ added in key-block order,
     one pass with atomic dQ) against float64, dlse included, through descriptors and pointers."""
     B, H, HKV, SQ, SK, D, causal = case
-    monkeypatch.setattr(flash_mod, "BACKWARD", plan)
+    monkeypatch.setattr(dispatch, "BACKWARD", plan)
     monkeypatch.setenv("DRILL_FLASH_TMA", tiles)
     g = torch.Generator().manual_seed(SQ * 7 + SK + HKV)
     q = torch.randn(B, H, SQ, D, generator=g)
@@ -317,16 +319,16 @@ def test_cpu_onepass_hand_off_runs_to_the_end_and_resets_its_counters(monkeypatc
     heads on 2 key/value heads: a chain of hand-offs per query block."""
     import signal
 
-    monkeypatch.setattr(flash_mod, "BACKWARD", "onepass")
+    monkeypatch.setattr(dispatch, "BACKWARD", "onepass")
     seen = []
-    real_launch = flash_mod._launch
+    real_launch = triton_fa2._launch
 
     def spy(kind, kernel, grid_fn, args, const, key, tiles):
         real_launch(kind, kernel, grid_fn, args, const, key, tiles)
         if kind == "bwd_onepass":
-            seen.append((args[7].clone(), grid_fn(flash_mod.INTERPRET_CONFIGS[kind])))
+            seen.append((args[7].clone(), grid_fn(triton_fa2.INTERPRET_CONFIGS[kind])))
 
-    monkeypatch.setattr(flash_mod, "_launch", spy)
+    monkeypatch.setattr(triton_fa2, "_launch", spy)
     g = torch.Generator().manual_seed(17)
     q = torch.randn(1, 6, 64, 16, generator=g)
     k, v = (torch.randn(1, 2, 256, 16, generator=g) for _ in range(2))
@@ -343,7 +345,7 @@ def test_cpu_onepass_hand_off_runs_to_the_end_and_resets_its_counters(monkeypatc
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
-    assert len(seen) == 2 and seen[0][1] == (256 // flash_mod.INTERPRET_CONFIGS["bwd_onepass"]["BLOCK_N"], 2)
+    assert len(seen) == 2 and seen[0][1] == (256 // triton_fa2.INTERPRET_CONFIGS["bwd_onepass"]["BLOCK_N"], 2)
     for counters, _ in seen:
         assert counters.numel() > 0 and not counters.any(), "a counter was left non-zero"
     for x, y in zip(first, again):
@@ -355,12 +357,12 @@ def test_cpu_onepass_hand_off_runs_to_the_end_and_resets_its_counters(monkeypatc
 def test_cpu_gluon_backward_plans_fall_back_to_triton_off_hopper(monkeypatch):
     """"auto" (the default) and "hopper" pick Gluon kernels only on a Hopper GPU; elsewhere (here the
     interpreter) they run the Triton split and give its bits exactly."""
-    assert flash_mod.BACKWARD == "auto" or os.environ.get("DRILL_FLASH_BWD")
+    assert dispatch.BACKWARD == "auto" or os.environ.get("DRILL_FLASH_BWD")
     g = torch.Generator().manual_seed(3)
     q, k, v, do = (torch.randn(1, 2, 32, 16, generator=g) for _ in range(4))
     got = {}
     for plan in ("split", "auto", "hopper"):
-        monkeypatch.setattr(flash_mod, "BACKWARD", plan)
+        monkeypatch.setattr(dispatch, "BACKWARD", plan)
         got[plan] = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
     for plan in ("auto", "hopper"):
         for x, y in zip(got[plan], got["split"]):
@@ -403,7 +405,7 @@ def test_cpu_backward_pick_keeps_the_fastest_correct_kernel_per_pass(monkeypatch
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
     q = torch.zeros(1, 1, 8, 16)
-    picks = flash_mod._pick_backward(fake, kernel("triton_kv", (dk, dv), right), kernel("triton_q", (dq,), right),
+    picks = dispatch._pick_backward(fake, kernel("triton_kv", (dk, dv), right), kernel("triton_q", (dq,), right),
                                      q, q, q, q, dq, dk, dv, None, None, False, 1.0)
     assert picks == {"kv": {"name": "kv_a"}, "q": None}
 
@@ -422,17 +424,17 @@ def test_cpu_fastest_keeps_each_candidates_best_round(monkeypatch):
         return next(timings[fn()])
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
-    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, "test-plan") == "a"
-    assert flash_mod.PLAN_TIMES["test-plan"] == {"gluon #a": 0.8, "gluon #b": 1.0}  # reported with the table
+    assert dispatch._fastest({"a": lambda: "a", "b": lambda: "b"}, "test-plan") == "a"
+    assert dispatch.PLAN_TIMES["test-plan"] == {"gluon #a": 0.8, "gluon #b": 1.0}  # reported with the table
     assert set(modes) == {"median"}  # what Triton's autotuner and the benchmark tables compare
     timings = {"a": iter([2.0]), "b": iter([1.0])}
-    assert flash_mod._fastest({"a": lambda: "a", "b": lambda: "b"}, "test-plan", rounds=1) == "b"
+    assert dispatch._fastest({"a": lambda: "a", "b": lambda: "b"}, "test-plan", rounds=1) == "b"
 
 
 def test_cpu_backward_plan_switch(monkeypatch):
     """An unknown backward plan is an error, not a silent default."""
     q = torch.randn(1, 1, 8, 16, requires_grad=True)
-    monkeypatch.setattr(flash_mod, "BACKWARD", "fused")
+    monkeypatch.setattr(dispatch, "BACKWARD", "fused")
     with pytest.raises(ValueError):
         flash_attention(q, q, q).sum().backward()
 
@@ -528,11 +530,11 @@ def test_gpu_every_candidate_config_is_correct(d, monkeypatch):
     do = torch.randn_like(q)
     ref = _grads(lambda a, b, c: reference(a, b, c, True, None, dtype=torch.float32), q, k, v, do)
     kinds = ("fwd", "bwd_kv", "bwd_q")
-    n = max(len(flash_mod._candidates(kind, d)) for kind in kinds)
+    n = max(len(triton_fa2._candidates(kind, d)) for kind in kinds)
     for i in range(n):
-        pinned = {kind: flash_mod._candidates(kind, d)[min(i, len(flash_mod._candidates(kind, d)) - 1)]
+        pinned = {kind: triton_fa2._candidates(kind, d)[min(i, len(triton_fa2._candidates(kind, d)) - 1)]
                   for kind in kinds}
-        monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", pinned)
+        monkeypatch.setattr(triton_fa2, "FORCED_CONFIGS", pinned)
         got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
         for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], got, ref):
             fin = torch.isfinite(y)
@@ -618,7 +620,7 @@ def test_gpu_bshd_layout_matches_contiguous_bitwise(d, seq, monkeypatch):
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
     views = _gpu_inputs(2, 8, 2, seq, seq, d, "bfloat16", "bshd", d)
     contig = [t.contiguous() for t in views]
-    assert flash_mod._tile_modes(*views) == (1, True)  # MODE 2 where the blocks divide S
+    assert triton_fa2._tile_modes(*views) == (1, True)  # MODE 2 where the blocks divide S
     for causal in (False, True):
         a = _grads(lambda x, y, z: flash_attention(x, y, z, causal=causal, return_lse=True), *views)
         b = _grads(lambda x, y, z: flash_attention(x, y, z, causal=causal, return_lse=True), *contig)
@@ -639,7 +641,7 @@ def test_gpu_fp32_is_exact_unless_tf32_allowed(causal, d, tune, monkeypatch):
     q, k, v, do = _gpu_inputs(2, 4, 2, 512, 512, d, torch.float32, "bhsd", 21)
     ref = _grads(lambda a, b, c: reference(a, b, c, causal), q, k, v, do)
     exact = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
-    monkeypatch.setattr(flash_mod, "_tf32_allowed", lambda: True)
+    monkeypatch.setattr(triton_fa2, "_tf32_allowed", lambda: True)
     tf32 = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
     for name, x, y, z in zip(["o", "lse", "dq", "dk", "dv"], exact, tf32, ref):
         e_exact = (x.double() - z).abs().max().item()
@@ -657,8 +659,8 @@ def test_gpu_polynomial_exp2_configs(d, poly, monkeypatch):
     """The forward with a half or a quarter of the exponentials on the FMA units, both masks."""
     g = torch.Generator(device="cuda").manual_seed(poly)
     q, k, v = (torch.randn(2, 4, 1024, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    cfg = dict(flash_mod._candidates("fwd", d)[0], POLY=poly)
-    monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", {"fwd": cfg})
+    cfg = dict(triton_fa2._candidates("fwd", d)[0], POLY=poly)
+    monkeypatch.setattr(triton_fa2, "FORCED_CONFIGS", {"fwd": cfg})
     for causal in (False, True):
         ref, ref_lse = reference(q, k, v, causal, dtype=torch.float32)
         naive, _ = _naive_low_precision(q, k, v, causal, 1 / math.sqrt(d))
@@ -678,10 +680,10 @@ def test_gpu_gqa_backward_is_deterministic(monkeypatch):
 
 
 def _require_plan(plan):
-    """Fail fast (not hang) if the plan's backward does not finish on this GPU (bench.probe_backward_plan)."""
-    from drill.kernels import bench
+    """Fail fast (not hang) if the plan's backward does not finish on this GPU (benchmarks.training.probe_backward_plan)."""
+    from drill.kernels.benchmarks import training
 
-    why = bench.probe_backward_plan(plan)
+    why = training.probe_backward_plan(plan)
     if why:
         pytest.fail(f"{plan} backward probe failed: {why}")
 
@@ -696,7 +698,7 @@ def test_gpu_onepass_backward_is_bitwise_reproducible(d, hkv, causal, monkeypatc
     8/2, ragged Sk), and the result obeys FlashAttention's error rule like the split plan."""
     _require_plan("onepass")
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
-    monkeypatch.setattr(flash_mod, "BACKWARD", "onepass")
+    monkeypatch.setattr(dispatch, "BACKWARD", "onepass")
     q, k, v, do = _gpu_inputs(2, 8, hkv, 1536, 1500 if causal else 1536, d, "bfloat16", "bhsd", d + hkv)
     first = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
     again = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
@@ -716,12 +718,12 @@ def test_gpu_one_pass_plans_every_candidate_config(plan, d, monkeypatch):
     """Each one-pass tile the tuner may pick, ragged causal Sq > Sk (query blocks that no key block
     visits) and ragged non-causal (padding keys in the last key block), GQA 4/2."""
     _require_plan(plan)
-    monkeypatch.setattr(flash_mod, "BACKWARD", plan)
+    monkeypatch.setattr(dispatch, "BACKWARD", plan)
     for causal, SQ, SK in ((True, 700, 453), (False, 517, 517)):
         q, k, v, do = _gpu_inputs(1, 4, 2, SQ, SK, d, "float16", "bhsd", d + SQ)
         ref = _grads(lambda a, b, c: reference(a, b, c, causal, None, dtype=torch.float32), q, k, v, do)
-        for cfg in flash_mod._candidates(f"bwd_{plan}", d):
-            monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", {f"bwd_{plan}": cfg})
+        for cfg in triton_fa2._candidates(f"bwd_{plan}", d):
+            monkeypatch.setattr(triton_fa2, "FORCED_CONFIGS", {f"bwd_{plan}": cfg})
             got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
             for name, x, y in zip(["dq", "dk", "dv"], got[2:], ref[2:]):
                 err = (x.float() - y.float()).abs().max().item()
@@ -730,7 +732,7 @@ def test_gpu_one_pass_plans_every_candidate_config(plan, d, monkeypatch):
                 assert torch.equal(got[2][:, :, : SQ - SK], torch.zeros_like(got[2][:, :, : SQ - SK]))
 
 
-# Gluon forward (kernels/flash_hopper.py): Hopper only; FORWARD = "gluon" routes the calls it covers.
+# Gluon forward (kernels/gluon_fwd.py): Hopper only; FORWARD = "gluon" routes the calls it covers.
 GLUON_CASES = [(d, hkv, c, dt, lay) for d in (64, 128) for hkv in (4, 1) for c in (False, True)
                for dt, lay in (("bfloat16", "bhsd"), ("float16", "bhsd"), ("bfloat16", "bshd"))]
 
@@ -746,12 +748,12 @@ def test_gpu_gluon_forward_fa_rule(d, hkv, causal, dtype, layout, monkeypatch):
     error rule, and the backward run on its o and lse; o keeps q's layout."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_common
 
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
-    monkeypatch.setattr(flash_mod, "FORWARD", "gluon")
+    monkeypatch.setattr(dispatch, "FORWARD", "gluon")
     q, k, v, do = _gpu_inputs(2, 4, hkv, 1024, 1024, d, dtype, layout, 7 * d + hkv)
-    assert flash_hopper.applicable(q, k, v, causal)
+    assert gluon_common.applicable(q, k, v, causal)
     assert flash_attention(q, k, v, causal=causal).stride() == q.stride()
     scale = 1 / math.sqrt(d)
     ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
@@ -768,19 +770,19 @@ def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
     result."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_common
 
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
     q, k, v, _ = _gpu_inputs(1, 4, 4, 1000, 1000, 64, "bfloat16", "bhsd", 3)
     qt, kt, vt, _ = _gpu_inputs(1, 4, 4, 1024, 1024, 64, "bfloat16", "bshd", 4)
     vt = vt.contiguous()  # k a [B, S, H, D] view, v contiguous: one descriptor layout cannot serve both
-    assert not flash_hopper.applicable(q, k, v, False) and not flash_hopper.applicable(qt, kt, vt, False)
-    assert not flash_hopper.applicable(q.float(), k.float(), v.float(), False)
+    assert not gluon_common.applicable(q, k, v, False) and not gluon_common.applicable(qt, kt, vt, False)
+    assert not gluon_common.applicable(q.float(), k.float(), v.float(), False)
     for a, b, c in ((q, k, v), (qt, kt, vt)):
         plain = flash_attention(a, b, c)
-        monkeypatch.setattr(flash_mod, "FORWARD", "gluon")
+        monkeypatch.setattr(dispatch, "FORWARD", "gluon")
         assert torch.equal(flash_attention(a, b, c), plain)
-        monkeypatch.setattr(flash_mod, "FORWARD", "triton")
+        monkeypatch.setattr(dispatch, "FORWARD", "triton")
 
 
 @pytest.mark.gpu
@@ -790,46 +792,46 @@ def test_gpu_gluon_forward_falls_back_outside_its_scope(monkeypatch):
 def test_gpu_every_gluon_config_is_correct(d, causal, seq, monkeypatch):
     """Every configuration. 2 · 16 · 2048 / 128 = 512 tiles: more than the persistent configs'
     programs (132 or 264), so their loop over tiles, the ring and the ping-pong turns carry over
-    from one tile to the next, and causal ones run the host's lists (flash_hopper._schedule). 1920
+    from one tile to the next, and causal ones run the host's lists (gluon_fwd._schedule). 1920
     gives 15 query blocks per head, an odd count the pairs cannot take (the persistent configs alone). Causal
     programs also run in groups of 3 of the 32 heads, the last group smaller (_grouped). 192-row
     tiles divide 1920 but not 2048, where one block of each head overlaps its neighbour. Causal
     outputs equal, bit for bit, those with TRIM off (the key blocks past a partition's diagonal,
     which TRIM skips, add exact zeros); persistent ones equal those with one Q buffer, and causal
-    persistent ones those of the previous kernel's pairs (flash_hopper.BALANCED)."""
+    persistent ones those of the previous kernel's pairs (gluon_fwd.BALANCED)."""
     if not _hopper():
         pytest.skip("the Gluon forward is written for Hopper (sm_90)")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_fwd
 
     q, k, v, _ = _gpu_inputs(2, 16, 4, seq, seq, d, "bfloat16", "bhsd", d + causal)
     scale = 1 / math.sqrt(d)
     ref = reference(q, k, v, causal, scale, dtype=torch.float32)
     naive = _naive_low_precision(q, k, v, causal, scale)
-    chosen = flash_hopper.causal_group
+    chosen = gluon_fwd.causal_group
     for group in (None, 3) if causal else (None,):
-        monkeypatch.setattr(flash_hopper, "causal_group", (lambda *a: group) if group else chosen)
-        for cfg in flash_hopper.CANDIDATES[d]:
+        monkeypatch.setattr(gluon_fwd, "causal_group", (lambda *a: group) if group else chosen)
+        for cfg in gluon_fwd.CANDIDATES[d]:
             if seq % 256 and not cfg["PERSISTENT"]:
                 continue
-            o, lse = flash_hopper.forward(q, k, v, causal, scale, cfg)
+            o, lse = gluon_fwd.forward(q, k, v, causal, scale, cfg)
             _fa_rule(f"o with {cfg}, group {group}", o, naive[0], ref[0])
             if seq % cfg["BLOCK_M"]:  # one block overlaps its neighbour: both write the same bits
-                assert torch.equal(o, flash_hopper.forward(q, k, v, causal, scale, cfg)[0]), cfg
+                assert torch.equal(o, gluon_fwd.forward(q, k, v, causal, scale, cfg)[0]), cfg
             assert (lse - ref[1]).abs().max().item() < 1e-2, f"lse with {cfg}, group {group}"
             if causal:
-                monkeypatch.setattr(flash_hopper, "TRIM", False)
-                untrimmed = flash_hopper.forward(q, k, v, causal, scale, cfg)
-                monkeypatch.setattr(flash_hopper, "TRIM", True)
+                monkeypatch.setattr(gluon_fwd, "TRIM", False)
+                untrimmed = gluon_fwd.forward(q, k, v, causal, scale, cfg)
+                monkeypatch.setattr(gluon_fwd, "TRIM", True)
                 assert torch.equal(o, untrimmed[0]) and torch.equal(lse, untrimmed[1]), f"TRIM changed bits: {cfg}"
             if cfg["PERSISTENT"]:  # the second Q buffer changes when Q loads, not what is computed
-                monkeypatch.setattr(flash_hopper, "Q_BUFFERS", 1)
-                single = flash_hopper.forward(q, k, v, causal, scale, cfg)
-                monkeypatch.setattr(flash_hopper, "Q_BUFFERS", 2)
+                monkeypatch.setattr(gluon_fwd, "Q_BUFFERS", 1)
+                single = gluon_fwd.forward(q, k, v, causal, scale, cfg)
+                monkeypatch.setattr(gluon_fwd, "Q_BUFFERS", 2)
                 assert torch.equal(o, single[0]) and torch.equal(lse, single[1]), f"Q_BUFFERS changed bits: {cfg}"
             if cfg["PERSISTENT"] and causal:  # the lists change which program runs a tile, not what it computes
-                monkeypatch.setattr(flash_hopper, "BALANCED", False)
-                pairs = flash_hopper.forward(q, k, v, causal, scale, cfg)
-                monkeypatch.setattr(flash_hopper, "BALANCED", True)
+                monkeypatch.setattr(gluon_fwd, "BALANCED", False)
+                pairs = gluon_fwd.forward(q, k, v, causal, scale, cfg)
+                monkeypatch.setattr(gluon_fwd, "BALANCED", True)
                 assert torch.equal(o, pairs[0]) and torch.equal(lse, pairs[1]), f"the schedule changed bits: {cfg}"
 
 
@@ -839,14 +841,14 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
     meets FlashAttention's error rule; the backward runs on it."""
     if not _hopper():
         pytest.skip("the auto plan chooses between kernels only on Hopper")
-    monkeypatch.setattr(flash_mod, "FORWARD", "auto")
-    monkeypatch.setattr(flash_mod, "_FWD_PLAN", {})
+    monkeypatch.setattr(dispatch, "FORWARD", "auto")
+    monkeypatch.setattr(dispatch, "_FWD_PLAN", {})
     monkeypatch.setenv("DRILL_FLASH_TUNE", "1")
     q, k, v, do = _gpu_inputs(2, 8, 2, 2048, 2048, 128, "bfloat16", "bhsd", 5)
     scale = 1 / math.sqrt(128)
     ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True), q, k, v, do)
-    assert len(flash_mod._FWD_PLAN) == 1
-    assert any(key.startswith("fwd-plan") for key in flash_mod.tuned_configs())
+    assert len(dispatch._FWD_PLAN) == 1
+    assert any(key.startswith("fwd-plan") for key in dispatch.tuned_configs())
     ref = _grads(lambda a, b, c: reference(a, b, c, True, scale, dtype=torch.float32), q, k, v, do)
     naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, True, scale), q, k, v, do)
     for i, name in ((0, "o"), (2, "dq"), (3, "dk"), (4, "dv")):
@@ -857,35 +859,35 @@ def test_gpu_auto_plan_times_both_forwards_and_keeps_a_correct_one(monkeypatch):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_every_gluon_backward_config(d, causal, monkeypatch):
-    """The "hopper" backward plan (kernels/flash_hopper_bwd.py) with each config of each pass: MHA in
+    """The "hopper" backward plan (kernels/gluon_bwd.py) with each config of each pass: MHA in
     [B, H, S, D] and GQA 8/2 as [B, S, H, D] views, under FlashAttention's error rule and bitwise
     equal over two runs (no atomics: every sum runs in a fixed order)."""
     if not _hopper():
         pytest.skip("the Gluon backward is written for Hopper (sm_90)")
-    from drill.kernels import flash_hopper_bwd
+    from drill.kernels import gluon_bwd
 
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
-    monkeypatch.setattr(flash_mod, "BACKWARD", "hopper")
+    monkeypatch.setattr(dispatch, "BACKWARD", "hopper")
     calls = []
     for name in ("backward_kv", "backward_q"):
-        real = getattr(flash_hopper_bwd, name)
-        monkeypatch.setattr(flash_hopper_bwd, name,
+        real = getattr(gluon_bwd, name)
+        monkeypatch.setattr(gluon_bwd, name,
                             lambda *a, _real=real, _name=name, **kw: calls.append((_name, a[-1])) or _real(*a, **kw))
-    pinned = [{"bwd_kv_gluon": c} for c in flash_hopper_bwd.CANDIDATES[d]]
-    pinned += [{"bwd_q_gluon": c} for c in flash_hopper_bwd.Q_CANDIDATES[d]]
+    pinned = [{"bwd_kv_gluon": c} for c in gluon_bwd.CANDIDATES[d]]
+    pinned += [{"bwd_q_gluon": c} for c in gluon_bwd.Q_CANDIDATES[d]]
     scale = 1 / math.sqrt(d)
     for hkv, layout in ((8, "bhsd"), (2, "bshd")):
         q, k, v, do = _gpu_inputs(2, 8, hkv, 1024, 1024, d, "bfloat16", layout, d + hkv + causal)
         ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
         naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
         for forced in pinned:
-            monkeypatch.setattr(flash_mod, "FORCED_CONFIGS", forced)
+            monkeypatch.setattr(triton_fa2, "FORCED_CONFIGS", forced)
             run = lambda: _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True),  # noqa: E731
                                  q, k, v, do)
             calls.clear()
             first, again = run(), run()
-            want = [("backward_kv", forced.get("bwd_kv_gluon", flash_hopper_bwd.CANDIDATES[d][0])),
-                    ("backward_q", forced.get("bwd_q_gluon", flash_hopper_bwd.Q_CANDIDATES[d][0]))]
+            want = [("backward_kv", forced.get("bwd_kv_gluon", gluon_bwd.CANDIDATES[d][0])),
+                    ("backward_q", forced.get("bwd_q_gluon", gluon_bwd.Q_CANDIDATES[d][0]))]
             assert calls == want * 2, f"the Gluon kernels did not both run: {calls}"
             for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
                 _fa_rule(f"{name} with {forced}, {layout}, hkv {hkv}", first[i], naive[i], ref[i])
@@ -898,15 +900,15 @@ def test_gpu_auto_backward_plan_picks_a_kernel_per_pass(monkeypatch):
     in tuned_configs; the gradients meet FlashAttention's error rule and repeat bit for bit."""
     if not _hopper():
         pytest.skip("the auto plan chooses between kernels only on Hopper")
-    monkeypatch.setattr(flash_mod, "BACKWARD", "auto")
-    monkeypatch.setattr(flash_mod, "_BWD_PLAN", {})
+    monkeypatch.setattr(dispatch, "BACKWARD", "auto")
+    monkeypatch.setattr(dispatch, "_BWD_PLAN", {})
     monkeypatch.setenv("DRILL_FLASH_TUNE", "1")
     q, k, v, do = _gpu_inputs(2, 8, 2, 2048, 2048, 128, "bfloat16", "bshd", 9)
     scale = 1 / math.sqrt(128)
     fa = lambda a, b, c: flash_attention(a, b, c, causal=True, return_lse=True)  # noqa: E731
     ours, again = _grads(fa, q, k, v, do), _grads(fa, q, k, v, do)
-    assert len(flash_mod._BWD_PLAN) == 1 and set(next(iter(flash_mod._BWD_PLAN.values()))) == {"kv", "q"}
-    assert sum(key.startswith("bwd-plan") for key in flash_mod.tuned_configs()) == 2
+    assert len(dispatch._BWD_PLAN) == 1 and set(next(iter(dispatch._BWD_PLAN.values()))) == {"kv", "q"}
+    assert sum(key.startswith("bwd-plan") for key in dispatch.tuned_configs()) == 2
     ref = _grads(lambda a, b, c: reference(a, b, c, True, scale, dtype=torch.float32), q, k, v, do)
     naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, True, scale), q, k, v, do)
     for i, name in ((2, "dq"), (3, "dk"), (4, "dv")):
@@ -920,27 +922,27 @@ from triton import compile as triton_compile
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
-from drill.kernels import flash_hopper
+from drill.kernels import gluon_fwd
 
-def build(d, cfg):  # causal, as the plan launches cfg (kernels/compile_check.py)
-    from drill.kernels.compile_check import compile_gluon_forward
+def build(d, cfg):  # causal, as the plan launches cfg (tests/kernel_compile.py)
+    from kernel_compile import compile_gluon_forward
 
     return compile_gluon_forward(cfg, d, True, False)
 
 def build_bwd(kernel, d, cfg, causal):
-    from drill.kernels import flash_hopper_bwd
+    from drill.kernels import gluon_bwd
 
     def desc(rows):
         layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
         return f"tensordesc<bf16[{rows}, {d}],{layout!r}>"
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
     if kernel == "kv":
-        fn, tensors = flash_hopper_bwd._bwd_kv_kernel, ("q", "do", "k", "dk")
+        fn, tensors = gluon_bwd._bwd_kv_kernel, ("q", "do", "k", "dk")
         sig = dict(q_desc=desc(bm), do_desc=desc(bm), k_desc=desc(bn // parts), v_desc=desc(bn // parts),
                    dk_desc=desc(bn // parts), dv_desc=desc(bn // parts), LSE2="*fp32", DELTA="*fp32", H="i32",
                    HKV="i32")
     else:
-        fn, tensors = flash_hopper_bwd._bwd_q_kernel, ("q", "do", "k")
+        fn, tensors = gluon_bwd._bwd_q_kernel, ("q", "do", "k")
         sig = dict(q_desc=desc(bm // parts), do_desc=desc(bm // parts), k_desc=desc(bn), v_desc=desc(bn),
                    dq_desc=desc(bm // parts), LSE2="*fp32", DELTA="*fp32", H="i32", G="i32")
     sig.update(SQ="i32", SK="i32", **{f"s{t}{a}": "i32" for t in tensors for a in "bhs"}, qk_scale="fp32",
@@ -952,19 +954,19 @@ def build_bwd(kernel, d, cfg, causal):
     return triton_compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4))
 
-if sys.argv[1] == "every":  # shared memory of every candidate
-    for d, cfgs in flash_hopper.CANDIDATES.items():
-        for cfg in cfgs:
-            print(json.dumps(dict(d=d, cfg=cfg, shared=build(d, cfg).metadata.shared)), flush=True)
-elif sys.argv[1] == "bwd":  # every backward candidate of both passes, causal or not
-    from drill.kernels import flash_hopper_bwd
-    for kernel, table in (("kv", flash_hopper_bwd.CANDIDATES), ("q", flash_hopper_bwd.Q_CANDIDATES)):
-        for d, cfgs in table.items():
-            for cfg in cfgs:
-                for causal in (False, True):
-                    k = build_bwd(kernel, d, cfg, causal)
-                    print(json.dumps(dict(kernel=kernel, d=d, cfg=cfg, causal=causal, shared=k.metadata.shared,
-                                          overlapped="wgmma.wait_group.sync.aligned 1" in k.asm["ptx"])), flush=True)
+if sys.argv[1] == "every":  # shared memory of every candidate at head dim argv[2]
+    d = int(sys.argv[2])
+    for cfg in gluon_fwd.CANDIDATES[d]:
+        print(json.dumps(dict(d=d, cfg=cfg, shared=build(d, cfg).metadata.shared)), flush=True)
+elif sys.argv[1] == "bwd":  # every candidate of pass argv[2] at head dim argv[3], causal or not
+    from drill.kernels import gluon_bwd
+    kernel, d = sys.argv[2], int(sys.argv[3])
+    table = gluon_bwd.CANDIDATES if kernel == "kv" else gluon_bwd.Q_CANDIDATES
+    for cfg in table[d]:
+        for causal in (False, True):
+            k = build_bwd(kernel, d, cfg, causal)
+            print(json.dumps(dict(kernel=kernel, d=d, cfg=cfg, causal=causal, shared=k.metadata.shared,
+                                  overlapped="wgmma.wait_group.sync.aligned 1" in k.asm["ptx"])), flush=True)
 else:  # the PTX of one 128 x 128 tile at D = 128: partitions, consumer warps
     parts, warps = int(sys.argv[1]), int(sys.argv[2])
     cfg = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=warps, maxnreg=None, PARTS=parts, PERSISTENT=True)
@@ -981,7 +983,7 @@ def _compile_gluon(tmp_path, *args):
 
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          cwd=Path(__file__).parent, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -997,45 +999,51 @@ def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
-def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(tmp_path):
+@pytest.mark.parametrize("d", [64, 128])
+def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(d, tmp_path):
     """Each candidate as the plan launches it fits one block's shared memory on sm_90; the 3-stage
     D = 128 config does only because a one-tile program writes O through Q's buffer, so the same
-    config with its own O buffer (a persistent program) must not fit."""
+    config with its own O buffer (a persistent program) must not fit. One test per head dim, so
+    parallel workers share the compiles."""
     import json
 
     pytest.importorskip("triton.experimental.gluon")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_fwd
 
-    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "every").splitlines()]
-    assert len(seen) == sum(len(c) for c in flash_hopper.CANDIDATES.values())
+    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "every", str(d)).splitlines()]
+    assert len(seen) == len(gluon_fwd.CANDIDATES[d])
     for row in seen:
         assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK, row
-    three_stage = next(r for r in seen if r["d"] == 128 and r["cfg"]["STAGES"] == 3 and r["cfg"]["BLOCK_N"] == 128)
-    assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
+    if d == 128:
+        three_stage = next(r for r in seen if r["cfg"]["STAGES"] == 3 and r["cfg"]["BLOCK_N"] == 128)
+        assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
-def test_cpu_every_gluon_backward_candidate_compiles_for_hopper(tmp_path):
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kernel", ["kv", "q"])
+def test_cpu_every_gluon_backward_candidate_compiles_for_hopper(kernel, d, tmp_path):
     """Each config of both Gluon backward passes compiles for sm_90 with the installed Triton, fits one
-    block's shared memory, and waits for one matmul while another is still in flight (the overlap)."""
+    block's shared memory, and waits for one matmul while another is still in flight (the overlap).
+    One test per pass and head dim, so parallel workers share the compiles."""
     import json
 
     pytest.importorskip("triton.experimental.gluon")
-    from drill.kernels import flash_hopper_bwd
+    from drill.kernels import gluon_bwd
 
-    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "bwd").splitlines()]
-    want = 2 * sum(len(c) for t in (flash_hopper_bwd.CANDIDATES, flash_hopper_bwd.Q_CANDIDATES) for c in t.values())
+    seen = [json.loads(line) for line in _compile_gluon(tmp_path, "bwd", kernel, str(d)).splitlines()]
+    want = 2 * len((gluon_bwd.CANDIDATES if kernel == "kv" else gluon_bwd.Q_CANDIDATES)[d])
     assert len(seen) == want
     for row in seen:
         assert 0 < row["shared"] <= HOPPER_SMEM_PER_BLOCK and row["overlapped"], row
 
 
 def _schedule_lists(n_m, heads, programs, sq, bm, bn, balanced):
-    """flash_hopper._schedule's table read back as _tile reads it: each program's tiles in order."""
-    from drill.kernels import flash_hopper
+    """gluon_fwd._schedule's table read back as _tile reads it: each program's tiles in order."""
+    from drill.kernels import gluon_fwd
 
-    group = flash_hopper.causal_group(n_m, heads, 2 * programs, 2 * sq * 64 * 2)
-    table = flash_hopper._schedule(n_m, heads, programs, group, sq, bm, bn, True, balanced,
+    group = gluon_fwd.causal_group(n_m, heads, 2 * programs, 2 * sq * 64 * 2)
+    table = gluon_fwd._schedule(n_m, heads, programs, group, sq, bm, bn, True, balanced,
                                    torch.device("cpu")).tolist()
     counts = table[:programs]
     return [[table[programs * (k + 1) + p] for k in range(counts[p])] for p in range(programs)]
@@ -1044,10 +1052,10 @@ def _schedule_lists(n_m, heads, programs, sq, bm, bn, balanced):
 @pytest.mark.parametrize("sq,bm,bn,heads", [(4096, 192, 128, 128), (1024, 192, 128, 512), (16384, 192, 128, 32),
                                             (4096, 128, 128, 64), (1024, 128, 64, 256), (2048, 192, 128, 3)])
 def test_cpu_causal_schedule_runs_every_tile_once_and_evenly(sq, bm, bn, heads):
-    """The persistent causal forward's lists (flash_hopper._schedule): every tile of every head exactly
+    """The persistent causal forward's lists (gluon_fwd._schedule): every tile of every head exactly
     once, and no program with more than 2 % over the average work, counted as the kernel spends it
     (the key blocks up to the tile's diagonal, TRIM's first rows); the pairs of the previous kernel
-    left 3-9 % on these shapes (kernels/NOTES.md h13): they must stay a point worse."""
+    left 3-9 % on these shapes (kernels/NOTES.md): they must stay a point worse."""
     pytest.importorskip("triton.experimental.gluon")
     n_m, programs = -(-sq // bm), 132
 
@@ -1069,50 +1077,50 @@ def test_cpu_causal_schedule_runs_every_tile_once_and_evenly(sq, bm, bn, heads):
 @pytest.mark.parametrize("n,heads,slots,head_bytes", [(8, 256, 132, 2**19), (32, 64, 132, 2**21), (128, 16, 132, 2**23),
                                                       (128, 32, 264, 2**22), (128, 16, 132, 2**25), (8, 4, 264, 2**19)])
 def test_cpu_causal_group_covers_its_longest_program(n, heads, slots, head_bytes, monkeypatch):
-    """flash_hopper.causal_group (the Gluon forward's causal order): the fewest heads whose programs,
+    """gluon_fwd.causal_group (the Gluon forward's causal order): the fewest heads whose programs,
     n, n - 1, ..., 1 blocks each, add up to at least n blocks per resident program, unless all the
     heads or the L2 budget run out first; and one head at a time when grouping is off."""
     pytest.importorskip("triton.experimental.gluon")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_fwd
 
-    g = flash_hopper.causal_group(n, heads, slots, head_bytes)
+    g = gluon_fwd.causal_group(n, heads, slots, head_bytes)
     covers = lambda g_: g_ * n * (n + 1) // 2 >= slots * n  # noqa: E731
-    fits = lambda g_: g_ * head_bytes <= flash_hopper.L2_SHARE  # noqa: E731
+    fits = lambda g_: g_ * head_bytes <= gluon_fwd.L2_SHARE  # noqa: E731
     assert 1 <= g <= heads and (fits(g) or g == 1)
     assert covers(g) or g == heads or not fits(g + 1)
     assert g == 1 or not covers(g - 1)
-    monkeypatch.setattr(flash_hopper, "GROUP_HEADS", False)
-    assert flash_hopper.causal_group(n, heads, slots, head_bytes) == 1
+    monkeypatch.setattr(gluon_fwd, "GROUP_HEADS", False)
+    assert gluon_fwd.causal_group(n, heads, slots, head_bytes) == 1
 
 
 def test_cpu_gluon_scope_by_dtype_size_and_layout():
     """Which calls the Gluon forward takes (the rest run flash.py's kernel): checked without a GPU."""
     pytest.importorskip("triton.experimental.gluon")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_common
 
     def make(*shape, dtype=torch.bfloat16):
         return torch.zeros(*shape, dtype=dtype)
 
     q, k = make(2, 8, 256, 128), make(2, 2, 256, 128)
-    assert flash_hopper.shapes_supported(q, k, k.clone(), causal=True)
+    assert gluon_common.shapes_supported(q, k, k.clone(), causal=True)
     bshd = make(2, 256, 8, 128).transpose(1, 2)
-    assert flash_hopper.shapes_supported(bshd, bshd, bshd, causal=False)
+    assert gluon_common.shapes_supported(bshd, bshd, bshd, causal=False)
     qkv = make(2, 256, 3, 8, 128)  # packed: q is a strided slice no output can share
     q_packed, k_packed, v_packed = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-    assert not flash_hopper.shapes_supported(q_packed, k_packed, v_packed, causal=False)
-    assert flash_hopper.shapes_supported(q, k_packed[:, :2], v_packed[:, :2], causal=False)  # packed k, v: read only
-    assert not flash_hopper.shapes_supported(make(2, 8, 250, 128), make(2, 2, 250, 128), make(2, 2, 250, 128), False)
-    assert not flash_hopper.shapes_supported(q, make(2, 2, 384, 128), make(2, 2, 384, 128), causal=True)  # Sq != Sk
-    assert not flash_hopper.shapes_supported(q, k, bshd[:, :2], causal=False)  # k and v laid out differently
-    assert not flash_hopper.shapes_supported(q.float(), k.float(), k.float(), causal=False)
-    assert not flash_hopper.shapes_supported(make(2, 8, 256, 32), make(2, 2, 256, 32), make(2, 2, 256, 32), False)
+    assert not gluon_common.shapes_supported(q_packed, k_packed, v_packed, causal=False)
+    assert gluon_common.shapes_supported(q, k_packed[:, :2], v_packed[:, :2], causal=False)  # packed k, v: read only
+    assert not gluon_common.shapes_supported(make(2, 8, 250, 128), make(2, 2, 250, 128), make(2, 2, 250, 128), False)
+    assert not gluon_common.shapes_supported(q, make(2, 2, 384, 128), make(2, 2, 384, 128), causal=True)  # Sq != Sk
+    assert not gluon_common.shapes_supported(q, k, bshd[:, :2], causal=False)  # k and v laid out differently
+    assert not gluon_common.shapes_supported(q.float(), k.float(), k.float(), causal=False)
+    assert not gluon_common.shapes_supported(make(2, 8, 256, 32), make(2, 2, 256, 32), make(2, 2, 256, 32), False)
 
 
 def test_cpu_gluon_scope_is_a_function_of_the_layout_key():
     """applicable() remembers its verdict per layout_key: calls that share a key must share the
     verdict, or a remembered one would send a call to a kernel that cannot take it."""
     pytest.importorskip("triton.experimental.gluon")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_common
 
     def make(*shape, dtype=torch.bfloat16):
         return torch.zeros(*shape, dtype=dtype)
@@ -1125,7 +1133,7 @@ def test_cpu_gluon_scope_is_a_function_of_the_layout_key():
              (q, k, bshd[:, :2]), (bshd, k, k)]
     verdicts = {}
     for t in calls:
-        verdicts.setdefault(flash_hopper.layout_key(*t), set()).add(flash_hopper.shapes_supported(*t, causal=False))
+        verdicts.setdefault(gluon_common.layout_key(*t), set()).add(gluon_common.shapes_supported(*t, causal=False))
     assert len(verdicts) == len(calls) and all(len(v) == 1 for v in verdicts.values())
     assert {v.pop() for v in verdicts.values()} == {True, False}
 

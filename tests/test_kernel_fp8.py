@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from drill.kernels import flash_attention, flash_attention_fp8  # noqa: E402
-from drill.kernels import flash_fp8  # noqa: E402
+from drill.kernels import dispatch, fp8  # noqa: E402
 
 from test_kernel_flash import reference  # noqa: E402  (tests/ is on sys.path: pytest's prepend import mode)
 
@@ -45,7 +46,7 @@ def _blockwise(x8: torch.Tensor, scale: torch.Tensor, block: int) -> torch.Tenso
 
 
 def _dequantized(x: torch.Tensor, block: int) -> torch.Tensor:
-    return _blockwise(*flash_fp8.quantize_reference(x, block), block)
+    return _blockwise(*fp8.quantize_reference(x, block), block)
 
 
 def emulated(q, k, v, causal, bm=None, bn=None):
@@ -55,12 +56,12 @@ def emulated(q, k, v, causal, bm=None, bn=None):
     the row sum from unrounded P; O times the largest scale / 256 at the end. bm, bn: the Triton
     kernel's blocks unless given (a Gluon config's BLOCK_M / PARTS and BLOCK_N)."""
     if bm is None:
-        bm, bn, _, _ = flash_fp8.blocks(q.shape[-1])
+        bm, bn, _, _ = fp8.blocks(q.shape[-1])
     sq, sk = q.shape[2], k.shape[2]
     group = q.shape[1] // k.shape[1]
     q = _dequantized(q, bm)
     k = _dequantized(k, bn).repeat_interleave(group, 1)
-    v8, v_scale = flash_fp8.quantize_reference(v, bn)
+    v8, v_scale = fp8.quantize_reference(v, bn)
     top = v_scale.amax(-1, keepdim=True).double()
     ratio = (v_scale.double() / top).repeat_interleave(group, 1)
     v8 = v8.double().repeat_interleave(group, 1)
@@ -78,11 +79,11 @@ def emulated(q, k, v, causal, bm=None, bn=None):
         p = torch.exp(s - ref[..., None])
         alpha = torch.exp(m - ref)
         l = l * alpha + p.sum(-1)
-        p8 = (p * flash_fp8.P_SCALE * ratio[:, :, j, None, None]).float().to(torch.float8_e4m3fn).double()
+        p8 = (p * fp8.P_SCALE * ratio[:, :, j, None, None]).float().to(torch.float8_e4m3fn).double()
         acc = acc * alpha[..., None] + p8 @ v8[:, :, start:start + bn]
         m = m_new
     top = top.repeat_interleave(group, 1)[..., None]
-    return acc * top / flash_fp8.P_SCALE / torch.where(l > 0, l, 1.0)[..., None]
+    return acc * top / fp8.P_SCALE / torch.where(l > 0, l, 1.0)[..., None]
 
 
 def test_cpu_quantize_scales_each_block_by_its_own_largest_value():
@@ -91,20 +92,20 @@ def test_cpu_quantize_scales_each_block_by_its_own_largest_value():
     alone."""
     x = torch.randn(1, 2, 70, 16)
     x[0, 1, 5, 3] = 300.0  # block 0 of head 1 only
-    x8, scale = flash_fp8.quantize(x, 32)
+    x8, scale = fp8.quantize(x, 32)
     assert x8.dtype == torch.float8_e4m3fn and scale.shape == (1, 2, 3)
-    want8, want_scale = flash_fp8.quantize_reference(x, 32)  # the kernel's one pass = the torch steps
+    want8, want_scale = fp8.quantize_reference(x, 32)  # the kernel's one pass = the torch steps
     assert torch.equal(x8.float(), want8.float()) and torch.equal(scale, want_scale)
-    xt8, t_scale = flash_fp8.quantize(x.transpose(1, 2).contiguous().transpose(1, 2), 32, transpose=True)
+    xt8, t_scale = fp8.quantize(x.transpose(1, 2).contiguous().transpose(1, 2), 32, transpose=True)
     assert xt8.shape == (1, 2, 16, 70) and torch.equal(xt8.transpose(2, 3).float(), x8.float())
     back = _dequantized(x, 32)
     assert torch.allclose(back, x.double(), rtol=2 ** -4, atol=float(scale.max()) * 2 ** -9)
     for h in range(2):
         for blk in range(3):
             rows = x8[0, h, blk * 32:(blk + 1) * 32].float()
-            assert rows.abs().max().item() == flash_fp8.E4M3_MAX
+            assert rows.abs().max().item() == fp8.E4M3_MAX
     assert scale[0, 1, 0] > 50 * scale[0, 1, 1] and scale[0, 1, 1] < 2 * scale[0, 0, 1]
-    zeros, zero_scale = flash_fp8.quantize(torch.zeros(1, 1, 8, 16), 8)
+    zeros, zero_scale = fp8.quantize(torch.zeros(1, 1, 8, 16), 8)
     assert torch.isfinite(zero_scale).all() and zeros.float().abs().max() == 0
 
 
@@ -142,19 +143,19 @@ def test_cpu_fp8_rejects_a_kernel_that_skips_a_scale(monkeypatch):
     v[:, :, :32] *= 0.05  # V's blocks differ in scale, so folding them in matters
     want = emulated(q, k, v, False)
     assert rel_err(flash_attention_fp8(q, k, v), want) < 2e-3
-    real_quantize, real_fold = flash_fp8.quantize, flash_fp8.fold_v_scales
+    real_quantize, real_fold = fp8.quantize, fp8.fold_v_scales
 
     def v_unscaled(x, block, transpose=False):
         x8, scale = real_quantize(x, block, transpose)
         return x8, torch.ones_like(scale) if transpose else scale
 
-    monkeypatch.setattr(flash_fp8, "quantize", v_unscaled)
+    monkeypatch.setattr(fp8, "quantize", v_unscaled)
     assert rel_err(flash_attention_fp8(q, k, v), want) > 1.0
-    monkeypatch.setattr(flash_fp8, "quantize", real_quantize)
-    monkeypatch.setattr(flash_fp8, "fold_v_scales", lambda vs: (torch.full_like(vs, 8.0), vs.amax(-1) / 256))
+    monkeypatch.setattr(fp8, "quantize", real_quantize)
+    monkeypatch.setattr(fp8, "fold_v_scales", lambda vs: (torch.full_like(vs, 8.0), vs.amax(-1) / 256))
     assert rel_err(flash_attention_fp8(q, k, v), want) > 2e-3
-    monkeypatch.setattr(flash_fp8, "fold_v_scales", real_fold)
-    monkeypatch.setattr(flash_fp8, "P_SCALE", 1 / 64)  # 256·P becomes P/64: mostly subnormal
+    monkeypatch.setattr(fp8, "fold_v_scales", real_fold)
+    monkeypatch.setattr(fp8, "P_SCALE", 1 / 64)  # 256·P becomes P/64: mostly subnormal
     assert rel_err(flash_attention_fp8(q, k, v), want) > 2e-3
 
 
@@ -172,10 +173,10 @@ def test_cpu_incoherent_processing_spreads_a_shared_outlier_channel():
     plain = rel_err(flash_attention_fp8(q, k, v), exact)
     rotated = rel_err(flash_attention_fp8(q, k, v, incoherent=True), exact)
     assert rotated * 2 < plain, (plain, rotated)
-    qr, kr = flash_fp8.incoherent(q, k)
+    qr, kr = fp8.incoherent(q, k)
     assert torch.allclose(qr @ kr.transpose(-1, -2), q.float() @ k.float().transpose(-1, -2), atol=1e-2, rtol=1e-4)
     with pytest.raises(ValueError, match="power-of-two"):
-        flash_fp8.incoherent(q[..., :48], k[..., :48])
+        fp8.incoherent(q[..., :48], k[..., :48])
 
 
 def test_cpu_fp8_reads_bshd_views_as_contiguous():
@@ -215,8 +216,8 @@ def test_cpu_fp8_kernel_compiles_for_hopper_fp8_matmuls():
 import re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from drill.kernels import flash_fp8
-fn = flash_fp8._fp8_fwd_kernel
+from drill.kernels import fp8
+fn = fp8._fp8_fwd_kernel
 consts = dict(D=128, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, ROUND_FIRST=False)
 ptrs = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "QS": "*fp32", "KS": "*fp32", "VC": "*fp32",
         "VOUT": "*fp32", "O": "*bf16", "LSE": "*fp32"}
@@ -236,11 +237,11 @@ print(sorted(set(re.findall(r"wgmma\.mma_async\S*", k.asm["ptx"]))), k.asm["ptx"
 
 GLUON_COMPILE = r'''
 import re, sys
-from drill.kernels import flash_hopper
-from drill.kernels.compile_check import compile_gluon_forward
+from drill.kernels import gluon_fwd
+from kernel_compile import compile_gluon_forward
 fp8 = sys.argv[1] == "fp8"
 for d in (64, 128):
-    for i, cfg in enumerate(flash_hopper.CANDIDATES[d]):
+    for i, cfg in enumerate(gluon_fwd.CANDIDATES[d]):
         if not fp8 and i and not cfg["PERSISTENT"]:  # bf16: the first and the persistent (two Q buffers)
             continue
         ptx = compile_gluon_forward(cfg, d, True, fp8).asm["ptx"]
@@ -251,7 +252,7 @@ for d in (64, 128):
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
 @pytest.mark.parametrize("kind", ["fp8", "bf16"])
 def test_cpu_gluon_forward_compiles_for_hopper(kind):
-    """flash_hopper's warp-specialised forward, compiled for sm_90 with the installed Triton: with
+    """gluon_fwd's warp-specialised forward, compiled for sm_90 with the installed Triton: with
     FP8=True, every candidate config has matmuls that are e4m3 wgmma, and P goes from the score
     accumulator to the next matmul's operand in registers (byte permutes and shuffles, no
     round trip through shared memory: the kernel's only shared stores are O's, one per
@@ -261,6 +262,7 @@ def test_cpu_gluon_forward_compiles_for_hopper(kind):
 
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     proc = subprocess.run([sys.executable, "-c", GLUON_COMPILE, kind], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).parent,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
@@ -274,32 +276,32 @@ def test_cpu_gluon_forward_compiles_for_hopper(kind):
 
 
 def _gpu_fp8_case(d, causal, hkv, cfg="auto"):
-    """bf16 inputs at 2k × 2k through `cfg`'s kernel (flash_fp8.prepare): the output within 8 %
-    (relative) of exact attention and within 1 % of the emulated algorithm (with that kernel's
+    """bf16 inputs at 2k × 2k through `cfg`'s kernel ("auto": dispatch.fp8_prepare's plan; else
+    fp8.prepare with cfg): the output within 8 % (relative) of exact attention and within 1 % of the emulated algorithm (with that kernel's
     blocks) on a slice; lse within 0.1; identical inputs give identical outputs (no atomics)."""
     q, k, v = _inputs(2, 8, hkv, 2048, 2048, d, dtype=torch.bfloat16, device="cuda", seed=d + hkv)
     scale = 1 / math.sqrt(d)
-    x = flash_fp8.prepare(q, k, v, causal, cfg=cfg)
-    o, lse = flash_fp8.forward(x, causal, scale)
+    x = dispatch.fp8_prepare(q, k, v, causal) if cfg == "auto" else fp8.prepare(q, k, v, cfg=cfg)
+    o, lse = dispatch.fp8_forward(x, causal, scale)
     exact, exact_lse = reference(q, k, v, causal, dtype=torch.float32)
     assert rel_err(o, exact) < 0.08
     assert (lse - exact_lse).abs().max().item() < 0.1
-    bm, bn = (x.cfg["BLOCK_M"] // x.cfg["PARTS"], x.cfg["BLOCK_N"]) if x.cfg else flash_fp8.blocks(d)[:2]
+    bm, bn = (x.cfg["BLOCK_M"] // x.cfg["PARTS"], x.cfg["BLOCK_N"]) if x.cfg else fp8.blocks(d)[:2]
     group = 8 // hkv  # query heads 0 .. group-1 read key/value head 0
     want = emulated(q[:1, :group].cpu().float(), k[:1, :1].cpu().float(), v[:1, :1].cpu().float(), causal, bm, bn)
     assert rel_err(o[:1, :group].cpu(), want) < 1e-2
-    assert torch.equal(o, flash_fp8.forward(x, causal, scale)[0])
+    assert torch.equal(o, dispatch.fp8_forward(x, causal, scale)[0])
     return q, k, v, o, exact
 
 
 def test_cpu_fp8_plan_runs_configs_the_tests_cover():
-    """Each (head dim, causal) the FP8 plan runs in Gluon is one of flash_hopper's CANDIDATES, the
+    """Each (head dim, causal) the FP8 plan runs in Gluon is one of gluon_fwd's CANDIDATES, the
     configs the compile check above and the GPU test below (test_gpu_fp8_every_kernel) go through."""
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_fwd
 
-    assert flash_fp8.GLUON_CONFIGS
-    for (d, _), cfg in flash_fp8.GLUON_CONFIGS.items():
-        assert cfg in flash_hopper.CANDIDATES[d]
+    assert dispatch.FP8_GLUON_CONFIGS
+    for (d, _), cfg in dispatch.FP8_GLUON_CONFIGS.items():
+        assert cfg in gluon_fwd.CANDIDATES[d]
 
 
 @pytest.mark.gpu
@@ -311,7 +313,7 @@ def test_gpu_fp8_forward_against_bf16(d, causal, hkv):
     for scale, is under 1 % from exact."""
     q, k, v, o, exact = _gpu_fp8_case(d, causal, hkv)
     if torch.cuda.get_device_capability()[0] == 9:
-        assert flash_fp8.gluon_config(q, k, causal) is not None
+        assert dispatch.fp8_plan(q, k, causal) is not None
     assert torch.equal(o, flash_attention_fp8(q, k, v, causal))
     assert rel_err(flash_attention(q, k, v, causal=causal), exact) < 0.01
 
@@ -320,11 +322,11 @@ def test_gpu_fp8_forward_against_bf16(d, causal, hkv):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_fp8_every_kernel(d, causal):
-    """The Triton kernel and every flash_hopper candidate config with FP8=True, GQA 8/2
+    """The Triton kernel and every gluon_fwd candidate config with FP8=True, GQA 8/2
     (_gpu_fp8_case), so a config bench_fp8 may pick is known to be right."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon kernel needs Hopper")
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_fwd
 
-    for cfg in [None] + flash_hopper.CANDIDATES[d]:
+    for cfg in [None] + gluon_fwd.CANDIDATES[d]:
         _gpu_fp8_case(d, causal, 2, cfg)

@@ -4,7 +4,7 @@ W = 2 and 3 spawned processes, each checking its shard against full attention in
 [B, H, S/W, D] and [S/W, D], causal and not, contiguous and zigzag, scores near 1e3; and,
 under the Triton interpreter, the path that runs drill.kernels.flash_attention per block.
 The bookkeeping (sharding, what each step computes, the zigzag balance) is checked
-without processes. The GPU run is kernels/ring_bench.py (a gpu_suite step).
+without processes. The GPU run is kernels/benchmarks/ring.py (a step of the GPU suite).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from drill.kernels.ring import LAYOUTS, _plan, ring_attention, shard, unshard  # noqa: E402
-from drill.kernels import ring_bench  # noqa: E402
-from drill.kernels.ring_bench import spawn_ranks  # noqa: E402
+from drill.kernels import ring_attention  # noqa: E402
+from drill.kernels.benchmarks import ring as ring_bench  # noqa: E402
+from drill.kernels.benchmarks.ring import spawn_ranks  # noqa: E402
+from drill.kernels.ring import LAYOUTS, _plan, shard, unshard  # noqa: E402
 
 
 def full_attention(q, k, v, causal: bool, scale: float):
@@ -93,7 +94,7 @@ def test_ring_blocks_through_flash_kernel_under_interpreter():
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), reason="needs the Triton interpreter")
 def test_gpu_benchmark_rank_code_runs_on_cpu_ranks():
-    """kernels/ring_bench.py's per-rank code (correctness rows, timing rows, the table) on a tiny CPU config."""
+    """kernels/benchmarks/ring.py's per-rank code (correctness rows, timing rows, the table) on a tiny CPU config."""
     pytest.importorskip("triton")
     config = {"device": "cpu", "dtype": "float32", "heads": 2, "dim": 16, "check_seq": 32}
     results = spawn_ranks(ring_bench.bench_rank, 2, "gloo", args=([32, 64], 1, config))

@@ -2,7 +2,7 @@
 
 Correctness of the solution, the stub and the planted kernels is covered for every exercise
 by test_exercises.py and test_planted.py. Here: the speed check. Without a GPU it skips,
-saying why. On a GPU (marker `gpu`, run by kernels/gpu_suite.py) the solution passes it with
+saying why. On a GPU (marker `gpu`, run by kernels/benchmarks/suite.py) the solution passes it with
 the GB/s table in its notes, and a correct kernel with one split and two-row blocks fails
 only that check.
 """

@@ -2,7 +2,7 @@
 
 Without a GPU: the worker gets TRITON_INTERPRET=1, the solution passes with the fp16/bf16
 and speed checks skipped (saying why), and the stub fails as "not written yet".
-On a GPU (marker `gpu`, run by kernels/gpu_suite.py): the solution passes every check with
+On a GPU (marker `gpu`, run by kernels/benchmarks/suite.py): the solution passes every check with
 the TFLOP/s table in its notes, planted kernels fail their checks (including the GPU-only
 ones named by `# expect-fail-gpu:` lines), and a slow but correct kernel fails only the
 speed check.

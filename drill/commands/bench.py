@@ -1,7 +1,7 @@
 """drill bench: time the reference Triton kernel (and yours) against PyTorch SDPA on a GPU.
 
 Your kernel (--kernel FILE) is never imported here: like `drill check`, it runs only in the
-grader's sandboxed subject process and is timed from outside (drill/kernels/bench_user.py).
+grader's sandboxed subject process and is timed from outside (drill/grader/bench_user.py).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def _gpu_or_reason() -> str:
 def _render(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
-    from drill.kernels.bench import LABELS, table_columns, user_in_noise
-    from drill.kernels.bench_user import METHOD
+    from drill.grader.bench_user import METHOD
+    from drill.kernels.benchmarks.training import LABELS, table_columns, user_in_noise
 
     present, ratio_keys = table_columns(rows)
     table = Table(title=title, caption="TFLOP/s (forward 4·B·H·S²·D, half if causal; backward 2.5×); "
@@ -101,7 +101,8 @@ def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
 
     import torch
 
-    from drill.kernels import bench, bench_user
+    from drill.grader import bench_user
+    from drill.kernels.benchmarks import training as bench
 
     kw: dict = dict(ds=(128,), seqs=(4096,)) if quick else {}
     impls = [n for n in bench.IMPLS if not (quick and n == "flex")]
@@ -109,7 +110,7 @@ def command(kernel_file: Path | None, as_json: bool, quick: bool) -> None:
     user = None
     if kernel_file is not None:
         try:
-            user = bench.time_user(kernel_file, kw, log=log)
+            user = bench_user.time_user(kernel_file, kw, log=log)
         except bench_user.CannotTime as exc:
             cannot(f"cannot time {kernel_file}: {exc}")
     rows = bench.bench_table(impls=impls, user=user, log=log, **kw)

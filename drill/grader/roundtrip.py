@@ -14,7 +14,7 @@ arrives, cannot compute answers ahead for the calls still to come (fixed or sequ
 seeds would let a warm-up call fill a cache that makes the timed calls free).
 
 Used by 07's speed check (exercises/flashattention/checks/_triton_forward_support.py)
-and by `drill bench --kernel` (kernels/bench_user.py). Torch-free: the caller draws the
+and by `drill bench --kernel` (drill/grader/bench_user.py). Torch-free: the caller draws the
 inputs and checks the outputs.
 """
 

@@ -107,7 +107,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU.
             "cap_address_space": not gpu, "scratch": tmp, "hidden": hidden_paths(),
             # The NVIDIA driver truncates files of its own /proc entry when CUDA starts: without
-            # that right it fails with error 304 (measured on an H200, kernels/sandbox_cuda.py).
+            # that right it fails with error 304 (measured on an H200, drill/grader/sandbox_cuda.py).
             "cuda": gpu,
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
             "repro": str(Path(tmp) / "repro.npz") if repro else "", "seed": seed,

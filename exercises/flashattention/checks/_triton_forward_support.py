@@ -481,7 +481,7 @@ def verdict(got: torch.Tensor, want: torch.Tensor, tol: float, call: str, hint: 
 # --------------------------------------------------------------------------- timing (GPU only)
 #
 # Whole round trips timed here, less a do-nothing kernel's (drill/grader/roundtrip.py says
-# why). Used by the speed check and by `drill bench --kernel` (kernels/bench_user.py).
+# why). Used by the speed check and by `drill bench --kernel` (drill/grader/bench_user.py).
 
 
 NULL_KERNEL = Path(__file__).with_name("_triton_null.py")

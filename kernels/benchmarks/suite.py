@@ -1,4 +1,4 @@
-"""Every GPU test and benchmark of the project, in one run: `python kernels/gpu_suite.py`.
+"""Every GPU test and benchmark of the project, in one run: `python kernels/benchmarks/suite.py`.
 
 The suite is a list of named steps (STEPS below). Each step is a function that takes the
 shared Context, prints as it goes, appends a markdown section to the report and returns a
@@ -14,17 +14,17 @@ back at most eight:
     (steps may add one file of their own, e.g. sweep.json)
 
 Usage:
-    python kernels/gpu_suite.py                       # default steps
-    python kernels/gpu_suite.py --steps env,tests     # only these, in this order
-    python kernels/gpu_suite.py --skip flash_bench --no-flex --quick
-    python kernels/gpu_suite.py --steps env,tests,flash_features,flash_bench \
+    python kernels/benchmarks/suite.py                       # default steps
+    python kernels/benchmarks/suite.py --steps env,tests     # only these, in this order
+    python kernels/benchmarks/suite.py --skip flash_bench --no-flex --quick
+    python kernels/benchmarks/suite.py --steps env,tests,flash_features,flash_bench \
         --tests tests/test_kernel_flash.py --no-flex --impls ours,cudnn,flash   # the kernel alone
 
 To add a step: write `def step_name(ctx) -> StepResult`, then add ("name", step_name,
 default_on) to STEPS. Keep heavy imports (torch, triton) inside the step.
 
-Packages the device's image lacks (since 2026-12-01: platformdirs, snowballstemmer and fsrs, which
-13 tests import) travel as wheels in ./.whl (git-ignored; `pip download --no-deps --only-binary=:all:
+Packages a device's image may lack (platformdirs, snowballstemmer and fsrs, which some tests
+import) travel as wheels in ./.whl (git-ignored; `pip download --no-deps --only-binary=:all:
 --python-version 3.12 -d .whl NAME`): the install below takes them before the project.
 """
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent  # the repository root
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
 
 
 @dataclass
@@ -129,7 +129,7 @@ def step_tests(ctx: Context) -> StepResult:
 
 def step_sweep(ctx: Context) -> StepResult:
     """Time every launch config of the flash kernels (tuning only; off by default)."""
-    from drill.kernels import sweep
+    from drill.kernels.benchmarks import training as sweep
 
     kinds = tuple(ctx.args.sweep_kinds.split(","))
     seqs = tuple(int(x) for x in ctx.args.sweep_seqs.split(","))
@@ -142,40 +142,13 @@ def step_sweep(ctx: Context) -> StepResult:
     return StepResult("pass", f"{len(res)} cases swept", "\n".join(lines), {})
 
 
-def step_tile_modes(ctx: Context) -> StepResult:
-    """Our kernel with per-program device descriptors (MODE 1) against host descriptors (MODE 2)."""
-    from drill.kernels import bench, sweep
-
-    saved = os.environ.get("DRILL_FLASH_TMA")
-    res: dict = {}
-    try:
-        for mode in ("1", "auto"):
-            os.environ["DRILL_FLASH_TMA"] = mode
-            sweep.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log)
-            rows = bench.bench_table(impls=("ours",), log=ctx.log)
-            for r in rows:
-                res.setdefault((r["d"], r["s"], r["causal"], r["pass"]), {})[mode] = r["tflops"].get("ours")
-    finally:
-        if saved is None:
-            os.environ.pop("DRILL_FLASH_TMA", None)
-        else:
-            os.environ["DRILL_FLASH_TMA"] = saved
-    lines = ["| D | S | mask | pass | device desc. (MODE 1) | host desc. (MODE 2) | ratio |", "|---|---|---|---|---|---|---|"]
-    for (d, s_, c, p), v in res.items():
-        a, b = v.get("1"), v.get("auto")
-        ratio = f"{b / a:.3f}" if a and b else "—"
-        lines.append(f"| {d} | {s_} | {'causal' if c else 'none'} | {p} | {a or 0:.0f} | {b or 0:.0f} | {ratio} |")
-    md = "\n".join(lines)
-    ctx.log(md)
-    return StepResult("pass", f"{len(res)} rows compared", md, {"rows": [list(k) + [v] for k, v in res.items()]})
-
-
 def step_flash_bench(ctx: Context) -> StepResult:
     """The reference kernel against SDPA (cuDNN, FLASH, EFFICIENT) and FlexAttention."""
     import torch
     import triton
 
-    from drill.kernels import bench, flash, sweep
+    from drill.kernels import dispatch
+    from drill.kernels.benchmarks import training as bench
 
     warm = ctx.background.pop("flex_warm", None)
     if warm is not None:  # let FlexAttention's compiles (started with the tests) finish first
@@ -195,55 +168,47 @@ def step_flash_bench(ctx: Context) -> StepResult:
         kw["ds"] = tuple(int(x) for x in ctx.args.table_ds.split(","))
     if ctx.args.table_seqs:
         kw["seqs"] = tuple(int(x) for x in ctx.args.table_seqs.split(","))
-    user = bench.time_user(ctx.args.kernel, kw, log=ctx.log) if ctx.args.kernel else None  # in the sandbox
     if ctx.args.compile_workers > 1 and not os.environ.get("DRILL_SUITE_PRECOMPILED"):
-        sweep.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
-    rows = bench.bench_table(impls=impls, user=user, log=ctx.log, **kw)
+        bench.precompile_candidates(ds=kw.get("ds", (64, 128)), workers=ctx.args.compile_workers, log=ctx.log)
+    rows = bench.bench_table(impls=impls, log=ctx.log, **kw)
     table = bench.to_markdown(rows)
     ctx.log(table)
     head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}, "
             f"bf16, B·S = 16384 tokens, H·D = 2048 (H = {bench.HEADS[64]} at D = 64, {bench.HEADS[128]} at D = 128); "
             f"TFLOP/s from do_bench medians.")
-    chosen = flash.tuned_configs()
+    chosen = dispatch.tuned_configs()
     cfg_md = "\n".join(f"- {k}: {v}" for k, v in sorted(chosen.items()))
     times_md = "\n".join(f"- {k}: " + ", ".join(f"{n} {ms:.3f}" if ms < float("inf") else f"{n} rejected"
                                                  for n, ms in sorted(v.items(), key=lambda x: x[1]))
-                         for k, v in sorted(flash.PLAN_TIMES.items()))
+                         for k, v in sorted(dispatch.PLAN_TIMES.items()))
     md = (f"{head}\n\n{table}\n\nConfigs the tuner chose (kernel D causal dtype dot-precision tile-mode host-descriptors "
           f"H/Hkv Sq-bucket Sk-bucket):\n\n{cfg_md}\n\nThe plans' timings, ms (best median of two rounds; gluon #i: "
-          f"flash_hopper's CANDIDATES[D][i]; rejected: did not compile or its output differed):\n\n{times_md}")
+          f"gluon_fwd.CANDIDATES[D][i]; rejected: did not compile or its output differed):\n\n{times_md}")
     ratios = [(r, r.get("ours/cudnn")) for r in rows if r.get("ours/cudnn")]
     worst = min(ratios, key=lambda x: x[1]) if ratios else None
     summary = f"{len(rows)} rows" + (f"; lowest ours/cuDNN {worst[1]:.2f} (D={worst[0]['d']} S={worst[0]['s']} "
                                      f"{worst[0]['pass']})" if worst else "")
-    return StepResult("pass", summary, md, {"rows": rows, "configs": chosen, "plan_times": dict(flash.PLAN_TIMES)})
+    return StepResult("pass", summary, md, {"rows": rows, "configs": chosen, "plan_times": dict(dispatch.PLAN_TIMES)})
 
 
 def step_flash_features(ctx: Context) -> StepResult:
-    """Issue 16's rows: GQA against SDPA enable_gqa, the [B, S, H, D] layout, fp32 accuracy,
-    pinned forward variants (polynomial exp2, short-causal tiles) and backward plans (split,
-    one-pass, atomic dQ) against cuDNN in one run. --features picks tables by function name."""
-    from drill.kernels import bench, sweep
+    """The feature tables: GQA against SDPA enable_gqa, the [B, S, H, D] layout, fp32 accuracy,
+    the backward's plans and kernels, the Gluon forward's configs, and host cost at S = 1k, against
+    cuDNN in one run. --features picks tables by function name."""
+    from drill.kernels.benchmarks import training as bench
 
-    if ctx.args.compile_workers > 1:  # the tuner's candidates and every pinned variant, in parallel
-        sweep.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log, extra=tuple(bench.variant_jobs()))
+    if ctx.args.compile_workers > 1:  # the tuner's candidates, in parallel
+        bench.precompile_candidates(workers=ctx.args.compile_workers, log=ctx.log)
         os.environ["DRILL_SUITE_PRECOMPILED"] = "1"
     parts, data, failed = [], {}, []
     saved = os.environ.get("DRILL_FLASH_TUNE")
     for title, fn, env in (("GQA against SDPA enable_gqa", bench.bench_gqa, None),
                            ("[B, S, H, D] layout against [B, H, S, D]", bench.bench_layouts, None),
                            ("fp32 accuracy (DRILL_FLASH_TUNE=0: first candidate config)", bench.fp32_accuracy, "0"),
-                           ("Forward variants pinned side by side", bench.bench_variants, None),
                            ("Backward variants pinned side by side", bench.bench_bwd_variants, None),
                            ("Backward: GPU time per kernel", bench.bench_bwd_kernels, None),
-                           ("Causal forward programs head by head against grouped", bench.bench_causal_order, None),
-                           ("Causal Gluon forward, TRIM off and on", bench.bench_trim, None),
-                           ("Persistent Gluon forward, one and two Q buffers", bench.bench_qbuf, None),
-                           ("Persistent causal Gluon forward, pairs and balanced lists", bench.bench_schedule, None),
-                           ("FP8 forward against bf16", bench.bench_fp8, None),
                            ("Gluon forward (warp-specialised, async wgmma) against Triton and cuDNN",
                             bench.bench_gluon, None),
-                           ("Every forward config in both layouts", bench.gluon_layout_configs, None),
                            ("S = 1k: host cost per call, eager and CUDA-graph time", bench.bench_short, None),
                            ("S = 1k causal backward: host and GPU time per call", bench.bench_short_backward, None)):
         if ctx.args.features and fn.__name__ not in ctx.args.features.split(","):
@@ -271,8 +236,9 @@ def step_flash_features(ctx: Context) -> StepResult:
 
 
 def step_sandbox_cuda(ctx: Context) -> StepResult:
-    """CUDA inside the grader's sandbox: the subject's layers one at a time (kernels/sandbox_cuda.py)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "kernels" / "sandbox_cuda.py")], cwd=ROOT,
+    """CUDA inside the grader's sandbox: the subject's layers one at a time (drill/grader/sandbox_cuda.py,
+    run as a process of its own: nothing under kernels/ imports the grader)."""
+    proc = subprocess.run([sys.executable, "-m", "drill.grader.sandbox_cuda"], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     text = (proc.stdout + proc.stderr).strip()
     ctx.log(text)
@@ -342,8 +308,8 @@ def _grade_solution(ctx: Context, file: str, json_name: str) -> StepResult:
 
 
 def step_ring_bench(ctx: Context) -> StepResult:
-    """Ring attention on every visible GPU (NCCL): correctness against one GPU, then timing (kernels/ring_bench.py)."""
-    from drill.kernels import ring_bench
+    """Ring attention on every visible GPU (NCCL): correctness against one GPU, then timing (benchmarks/ring.py)."""
+    from drill.kernels.benchmarks import ring as ring_bench
 
     res = ring_bench.run(quick=ctx.args.quick, log=ctx.log)
     return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
@@ -351,35 +317,34 @@ def step_ring_bench(ctx: Context) -> StepResult:
 
 def step_decode_bench(ctx: Context) -> StepResult:
     """The reference decode kernel against SDPA (cuDNN, FLASH) and FlexAttention, in TB/s of K/V
-    read (kernels/decode_bench.py); the table BENCHMARKS.md records."""
-    from drill.kernels import decode_bench
+    read (benchmarks/decode.py); the table BENCHMARKS.md records."""
+    from drill.kernels.benchmarks import decode as decode_bench
 
     res = decode_bench.run(quick=ctx.args.quick, no_flex=ctx.args.no_flex, log=ctx.log)
     return StepResult(res["status"], res["summary"], res["markdown"], res["data"])
 
 
-def step_decode_roofline(ctx: Context) -> StepResult:
-    """What a pure reader of K and V reaches at the decode table's sizes, against a sweep of the
-    decode kernel's configurations (kernels/decode_roofline.py); off by default (~3 minutes)."""
-    from drill.kernels import decode_roofline
+def step_fp8_bench(ctx: Context) -> StepResult:
+    """The FP8 forward against cuDNN bf16: every kernel's speed, the share of the FP8 peak, and the
+    error with and without incoherent processing (benchmarks/fp8.py)."""
+    from drill.kernels.benchmarks import fp8
 
-    res = decode_roofline.run(log=ctx.log)
-    (ctx.out / "decode_roofline.json").write_text(json.dumps(res["data"], default=str))
-    return StepResult(res["status"], res["summary"], res["markdown"], {})
+    rows, md = fp8.bench_fp8(log=ctx.log)
+    worst = min((r["tflops"][r["plan"]] / r["tflops"]["cudnn"] for r in rows), default=None)
+    return StepResult("pass", f"{len(rows)} rows" + (f"; lowest plan/cuDNN bf16 {worst:.2f}" if worst else ""), md,
+                      {"rows": rows})
 
 
-# Extension points for other engineers: ring attention (needs several GPUs) and the user's
-# Triton exercise add their steps here.
+# The steps in their default order (name, function, on by default). A new step goes here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("env", step_env, True),
     ("sandbox_cuda", step_sandbox_cuda, True),
     ("tests", step_tests, True),
     ("sweep", step_sweep, False),
-    ("tile_modes", step_tile_modes, False),
     ("flash_features", step_flash_features, True),
     ("flash_bench", step_flash_bench, True),
     ("decode_bench", step_decode_bench, True),
-    ("decode_roofline", step_decode_roofline, False),
+    ("fp8_bench", step_fp8_bench, True),
     ("triton_exercise", step_triton_exercise, True),
     ("triton_decode", step_triton_decode, True),
     ("ring_bench", step_ring_bench, True),
@@ -392,7 +357,8 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
 def _ensure_installed() -> None:
     """drill.kernels exists only once the project is installed (package-dir mapping). A bare
     device machine has not installed it: do it offline, editable, then start this script again."""
-    probe = subprocess.run([sys.executable, "-c", "import drill.kernels.bench"], cwd=ROOT, capture_output=True)
+    probe = subprocess.run([sys.executable, "-c", "import drill.kernels.benchmarks.training"], cwd=ROOT,
+                           capture_output=True)
     if probe.returncode == 0:
         return
     if os.environ.get("DRILL_SUITE_INSTALLED"):
@@ -417,13 +383,12 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-ds", help="comma-separated head dims for flash_bench's table (default 64,128)")
     ap.add_argument("--table-seqs", help="comma-separated sequence lengths for flash_bench's table")
     ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compiles are slow)")
-    ap.add_argument("--kernel", help="also time a user's flash_attention(q, k, v, causal, sm_scale) from this file")
     ap.add_argument("--test-workers", type=int, default=8)
     ap.add_argument("--tests", default="tests", help="comma-separated test paths for the tests step")
     ap.add_argument("--impls", help="comma-separated implementations for flash_bench (default: all)")
     ap.add_argument("--features", help="comma-separated tables for flash_features (bench_gqa, bench_layouts, "
-                    "fp32_accuracy, bench_variants, bench_bwd_variants, bench_bwd_kernels, bench_causal_order, "
-                    "bench_trim, bench_qbuf, bench_schedule, bench_fp8, bench_gluon, gluon_layout_configs, bench_short, bench_short_backward; default: all)")
+                    "fp32_accuracy, bench_bwd_variants, bench_bwd_kernels, bench_gluon, bench_short, "
+                    "bench_short_backward; default: all)")
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
@@ -439,7 +404,7 @@ def run(argv: list[str] | None = None) -> int:
     table = {n: fn for n, fn, _ in STEPS}
     if "flash_bench" in chosen and "flash_bench" not in skip and not args.no_flex:
         # FlexAttention's torch.compile takes minutes: build it in the background meanwhile
-        cmd = [sys.executable, "-m", "drill.kernels.bench", "--warm-flex"] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, "-m", "drill.kernels.benchmarks.training", "--warm-flex"] + (["--quick"] if args.quick else [])
         ctx.background["flex_warm"] = subprocess.Popen(
             cmd, cwd=ROOT, stdout=open(out / "flex_warm.log", "w"), stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -1,14 +1,15 @@
-"""Benchmark: the reference Triton FlashAttention against PyTorch's attention kernels.
+"""Training attention: the reference FlashAttention (forward and backward) against PyTorch's kernels.
 
 Every row times each implementation on the same inputs (one shape, one mask, one pass):
 
-  ours        drill.kernels.flash_attention (this package's Triton kernel)
+  ours        drill.kernels.flash_attention (the dispatcher's pick: Triton, or Gluon on Hopper)
   cudnn       F.scaled_dot_product_attention pinned to SDPBackend.CUDNN_ATTENTION
   flash       ... pinned to SDPBackend.FLASH_ATTENTION (PyTorch's FlashAttention-2)
   efficient   ... pinned to SDPBackend.EFFICIENT_ATTENTION (memory-efficient, xformers-style)
   flex        torch.nn.attention.flex_attention.flex_attention under torch.compile
   user        a user's flash_attention(q, k, v, causal, sm_scale) from a file, forward only: timed
-              through the grader's sandboxed subject (kernels/bench_user.py), never imported here
+              by `drill bench --kernel` through the grader's sandboxed subject
+              (drill/grader/bench_user.py) and handed to bench_table; never imported here
 
 TFLOP/s counts 4*B*H*S^2*D for the forward (half of it when causal) and 2.5 times that for
 the backward; times are triton.testing.do_bench medians (L2 flushed between runs), the better
@@ -16,8 +17,10 @@ of two rounds that alternate the implementations, except the user's: round trip 
 calibrated transfer (bench_user.METHOD). The backward is timed alone: autograd.grad on a graph
 kept from one forward.
 
-Used by kernels/gpu_suite.py and by `drill bench`; run directly with
-`python -m drill.kernels.bench [--quick]`.
+Besides the main table: GQA against SDPA's enable_gqa, the [B, S, H, D] layout, fp32 accuracy,
+the Gluon forward's configs, the backward's plans and kernels, host cost at S = 1k, and the
+launch-config sweep. Used by benchmarks/suite.py and by `drill bench`; run directly with
+`python -m drill.kernels.benchmarks.training [--quick]`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+from drill.kernels.benchmarks.common import graph_ms, host_us
+from drill.kernels.benchmarks.common import median_ms as _median_ms
 
 IMPLS = ("ours", "cudnn", "flash", "efficient", "flex", "user")
 LABELS = {
@@ -109,12 +115,6 @@ def _implementations() -> dict[str, Callable]:
     return impls
 
 
-def _median_ms(fn: Callable, warmup: int = 25, rep: int = 100) -> float:
-    import triton
-
-    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
-
-
 def _time_impl(fn, q, k, v, causal, scale, pass_, ref_o):
     """(ms, max |o - ref|) for one implementation; raises if it cannot run."""
     import torch
@@ -142,7 +142,7 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
 
     Each row times its implementations `rounds` times in turn and keeps each one's fastest median:
     single rows have read 40 % low on this H200 for one implementation and not the others, in
-    runs where the same call timed normally minutes before (kernels/NOTES.md g6).
+    runs where the same call timed normally minutes before (kernels/NOTES.md).
 
     user: the user's kernel already timed, {(d, s, causal): result} from bench_user.time_user_kernel
     (forward rows only; its backward rows leave the column empty).
@@ -284,10 +284,10 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- features (issue 16)
+# --------------------------------------------------------------------------- feature tables
 #
 # GQA against SDPA's enable_gqa, the [B, S, H, D] layout against [B, H, S, D], fp32 accuracy,
-# and forward variants pinned side by side (polynomial exp2, short-causal tiles). Each
+# the Gluon forward's configs, the backward's plans and kernels, host cost at S = 1k. Each
 # function returns (rows, markdown).
 
 
@@ -405,7 +405,8 @@ def fp32_accuracy(ds=(64, 128), b: int = 2, h: int = 8, s: int = 2048, causals=(
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from drill.kernels import flash as fl
+    from drill.kernels import common, triton_fa2
+    from drill.kernels import dispatch as fl
     from drill.kernels import flash_attention
 
     def efficient(q, k, v, c, sc):
@@ -416,7 +417,7 @@ def fp32_accuracy(ds=(64, 128), b: int = 2, h: int = 8, s: int = 2048, causals=(
     rows = []
     lines = ["| D | B×H×S | mask | implementation | max err o | max err dq | max err dk | max err dv | fwd TFLOP/s |",
              "|" + "---|" * 9]
-    real_tf32, real_prec = fl._tf32_allowed, fl._dot_precision
+    real_tf32, real_prec = triton_fa2._tf32_allowed, triton_fa2._dot_precision
     for d in ds:
         q, k, v = _inputs(b, h, h, s, d, torch.float32, "bhsd", 5 + d)
         do = torch.randn_like(q)
@@ -431,9 +432,9 @@ def fp32_accuracy(ds=(64, 128), b: int = 2, h: int = 8, s: int = 2048, causals=(
             for label, fn, tf32 in (("ours, fp32 default (3xTF32)", ours, False), ("ours, TF32 allowed", ours, True),
                                     ("ours, scalar FMA (ieee; the default before)", ours, "ieee"),
                                     ("SDPA EFFICIENT", efficient, False)):
-                fl._tf32_allowed = (lambda: True) if tf32 is True else real_tf32
+                triton_fa2._tf32_allowed = (lambda: True) if tf32 is True else real_tf32
                 if tf32 == "ieee":
-                    fl._dot_precision = lambda dtype: "ieee" if dtype == torch.float32 else "tf32"
+                    triton_fa2._dot_precision = lambda dtype: "ieee" if dtype == torch.float32 else "tf32"
                 try:
                     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
                     o = fn(qg, kg, vg, causal, scale)
@@ -448,87 +449,7 @@ def fp32_accuracy(ds=(64, 128), b: int = 2, h: int = 8, s: int = 2048, causals=(
                     lines.append(f"| {d} | {b}×{h}×{s} | {'causal' if causal else 'none'} | {label} | "
                                  f"failed: {type(exc).__name__}: {str(exc)[:100]} |||||")
                 finally:
-                    fl._tf32_allowed, fl._dot_precision = real_tf32, real_prec
-                log(lines[-1])
-    return rows, "\n".join(lines)
-
-
-def variant_configs(d: int) -> dict[str, dict]:
-    """Forward variants timed side by side (kernels/NOTES.md, v4 and v5): the default tile with
-    none, a half or a quarter of the exponentials on the FMA units, and other tiles for short
-    causal sequences."""
-    from drill.kernels import flash as fl
-
-    base = fl._candidates("fwd", d)[0]
-    out = {"default": base, "poly 1/2": {**base, "POLY": 2}, "poly 1/4": {**base, "POLY": 4}}
-    for bm, bn, w, st in ((64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 4, 2), (64, 128, 4, 2), (128, 128, 8, 2),
-                          (128, 32, 4, 3), (64, 32, 4, 3)):
-        out[f"{bm}x{bn} w{w} s{st}"] = fl._f(bm, bn, w, st)
-    return out
-
-
-def bench_variants(ds=(64, 128), tokens: int = 16384, log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """Pinned forward configs against cuDNN in one run: the exp2 split at S = 4k and 16k (both
-    masks), and every tile at S = 1k causal, where the grid is short."""
-    import torch
-    from torch.nn.attention import SDPBackend
-
-    from drill.kernels import flash as fl
-    from drill.kernels import flash_attention
-
-    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
-    rows = []
-    lines = ["| D | S | mask | variant | ours TFLOP/s | cuDNN TFLOP/s | ours / cuDNN | max err vs cuDNN |",
-             "|" + "---|" * 8]
-    for d in ds:
-        h = HEADS.get(d, 16)
-        variants = variant_configs(d)
-        for s, causal, names in ((4096, False, ("default", "poly 1/2", "poly 1/4")),
-                                 (4096, True, ("default", "poly 1/2", "poly 1/4")),
-                                 (16384, False, ("default", "poly 1/2", "poly 1/4")),
-                                 (1024, True, tuple(n for n in variants if "poly" not in n))):
-            b = max(1, tokens // s)
-            q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
-            scale = 1.0 / math.sqrt(d)
-            fl_ = flops(b, h, s, d, causal, "fwd")
-            with torch.no_grad():
-                ref = cudnn(q, k, v, causal, scale).float()
-                base_tf = fl_ / _median_ms(lambda: cudnn(q, k, v, causal, scale)) * 1e-9
-            if s == 1024:  # the tuner's pick, eager and replayed from a CUDA graph: how much is host time?
-                for label, graph in (("tuned, eager", False), ("tuned, CUDA graph", True)):
-                    try:
-                        fn = lambda: flash_attention(q, k, v, causal=causal, sm_scale=scale)  # noqa: E731
-                        with torch.no_grad():
-                            ms = graph_ms(fn) if graph else (fn(), _median_ms(fn))[1]
-                        tf = fl_ / ms * 1e-9
-                        rows.append({"d": d, "s": s, "causal": causal, "variant": label, "tflops": tf, "cudnn": base_tf})
-                        lines.append(f"| {d} | 1k | {'causal' if causal else 'none'} | {label} | {tf:.0f} | "
-                                     f"{base_tf:.0f} | {tf / base_tf:.2f} | — |")
-                    except Exception as exc:
-                        lines.append(f"| {d} | 1k | causal | {label} | failed: {type(exc).__name__} ||||")
-                    log(lines[-1])
-            seen = set()
-            for name in names:
-                cfg = variants[name]
-                key = json.dumps(cfg, sort_keys=True)
-                if key in seen:
-                    continue
-                seen.add(key)
-                fl.FORCED_CONFIGS.clear()
-                fl.FORCED_CONFIGS["fwd"] = cfg
-                try:
-                    ms, err = _time_impl(lambda q_, k_, v_, c, sc: flash_attention(q_, k_, v_, causal=c, sm_scale=sc),
-                                         q, k, v, causal, scale, "fwd", ref)
-                    tf = fl_ / ms * 1e-9
-                    rows.append({"d": d, "s": s, "causal": causal, "variant": name, "cfg": cfg, "tflops": tf,
-                                 "cudnn": base_tf, "err": err})
-                    lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {name} | {tf:.0f} | "
-                                 f"{base_tf:.0f} | {tf / base_tf:.2f} | {err:.2e} |")
-                except Exception as exc:
-                    lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {name} | failed: "
-                                 f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''} ||||")
-                finally:
-                    fl.FORCED_CONFIGS.clear()
+                    triton_fa2._tf32_allowed, triton_fa2._dot_precision = real_tf32, real_prec
                 log(lines[-1])
     return rows, "\n".join(lines)
 
@@ -543,8 +464,9 @@ def bench_short(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash as fl
-    from drill.kernels import flash_attention, flash_hopper
+    from drill.kernels import common, triton_fa2
+    from drill.kernels import dispatch as fl
+    from drill.kernels import flash_attention, gluon_fwd
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
     rows = []
@@ -560,10 +482,10 @@ def bench_short(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[
             with torch.no_grad():
                 ours()  # tunes: the plan's choice is known after this call
                 impls = {"ours (plan)": ours, "SDPA cuDNN": lambda: cudnn(q, k, v, causal, scale)}
-                key = next((key for key in fl._FWD_PLAN if key[:2] == (d, causal) and key[-1] == fl._bucket(s)), None)
+                key = next((key for key in fl._FWD_PLAN if key[:2] == (d, causal) and key[-1] == common.bucket(s)), None)
                 cfg = fl._FWD_PLAN.get(key)
                 if cfg:
-                    impls["Gluon config alone"] = lambda: flash_hopper.forward(q, k, v, causal, scale, cfg)
+                    impls["Gluon config alone"] = lambda: gluon_fwd.forward(q, k, v, causal, scale, cfg)
                 fl_ = flops(b, h, s, d, causal, "fwd")
                 for name, fn in impls.items():
                     fn()
@@ -578,7 +500,8 @@ def bench_short(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[
 
 def _triton_forward_only(q, k, v, causal, scale):
     """Our forward with the plan pinned to flash.py's Triton kernel (the Gluon kernels' baseline)."""
-    from drill.kernels import flash as fl
+    from drill.kernels import common, triton_fa2
+    from drill.kernels import dispatch as fl
     from drill.kernels import flash_attention
 
     saved, fl.FORWARD = fl.FORWARD, "triton"
@@ -590,12 +513,12 @@ def _triton_forward_only(q, k, v, causal, scale):
 
 def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, causals=(False, True),
                 log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """The Gluon forward (kernels/flash_hopper.py) against the Triton forward alone (tuned) and SDPA
+    """The Gluon forward (kernels/gluon_fwd.py) against the Triton forward alone (tuned) and SDPA
     cuDNN, in one run, [B, H, S, D] bf16; the error is against cuDNN's output."""
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash_hopper
+    from drill.kernels import gluon_fwd
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
     base = {"cudnn": cudnn, "ours": _triton_forward_only}
@@ -610,8 +533,8 @@ def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
         with torch.no_grad():
             ref = cudnn(q, k, v, causal, scale).float()
         impls = dict(base)
-        for i, cfg in enumerate(flash_hopper.CANDIDATES[d]):  # every Gluon config; the best is the row's
-            impls[f"gluon{i}"] = lambda q_, k_, v_, c, sc, cfg=cfg: flash_hopper.forward(q_, k_, v_, c, sc, cfg)[0]
+        for i, cfg in enumerate(gluon_fwd.CANDIDATES[d]):  # every Gluon config; the best is the row's
+            impls[f"gluon{i}"] = lambda q_, k_, v_, c, sc, cfg=cfg: gluon_fwd.forward(q_, k_, v_, c, sc, cfg)[0]
         tf, errs = {}, {}
         for name, fn in impls.items():
             try:
@@ -625,7 +548,7 @@ def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
         if best:
             tf["gluon"] = tried[best]
         err = errs.get(best, float("nan"))
-        cfg = flash_hopper.CANDIDATES[d][int(best[5:])] if best else None
+        cfg = gluon_fwd.CANDIDATES[d][int(best[5:])] if best else None
         rows.append({**case, "tflops": tf, "gluon_err": err, "gluon_cfg": cfg})
 
         def ratio(a, c):
@@ -639,56 +562,18 @@ def bench_gluon(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
     return rows, "\n".join(lines)
 
 
-def gluon_layout_configs(log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """Every forward config (the Triton kernel tuned, each Gluon config pinned) in both layouts,
-    do_bench 200 ms each, B = 4, S = 4096: whether a kernel cares about the layout, apart from
-    which config a tuner picks (kernels/NOTES.md, g4)."""
-    import torch
-
-    from drill.kernels import flash as fl
-    from drill.kernels import flash_hopper
-
-    rows, lines = [], ["| D | mask | config | [B, H, S, D] TFLOP/s | [B, S, H, D] TFLOP/s | ratio |", "|---|---|---|---|---|---|"]
-    saved = fl.FORWARD
-    try:
-        fl.FORWARD = "triton"
-        for d in (128, 64):
-            h = HEADS[d]
-            for causal in (False, True):
-                fl_ = flops(4, h, 4096, d, causal, "fwd")
-                configs = {"Triton (tuned)": None, **{str(tuple(c.values())): c for c in flash_hopper.CANDIDATES[d]}}
-                tf = {}
-                for layout in ("bhsd", "bshd"):
-                    q, k, v = _inputs(4, h, h, 4096, d, torch.bfloat16, layout, 1)
-                    for name, cfg in configs.items():
-                        def fn(cfg=cfg):
-                            if cfg is None:
-                                return fl.flash_attention(q, k, v, causal=causal)
-                            return flash_hopper.forward(q, k, v, causal, 1 / math.sqrt(d), cfg)
-                        with torch.no_grad():
-                            fn()
-                            tf[(name, layout)] = fl_ / _median_ms(fn, rep=200) * 1e-9
-                for name in configs:
-                    a, b = tf[(name, "bhsd")], tf[(name, "bshd")]
-                    rows.append({"d": d, "causal": causal, "config": name, "bhsd": a, "bshd": b})
-                    lines.append(f"| {d} | {'causal' if causal else 'none'} | {name} | {a:.0f} | {b:.0f} | {b / a:.3f} |")
-                    log(lines[-1])
-    finally:
-        fl.FORWARD = saved
-    return rows, "\n".join(lines)
-
-
 def bench_short_backward(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: Callable[[str], None] = print
                          ) -> tuple[list[dict], str]:
     """S = 1k causal backward, where our row of the main table has swung between 0.57 and 0.88× cuDNN
-    (kernels/NOTES.md h4): per backward plan and for cuDNN, the host µs per call, the do_bench time
+    (kernels/NOTES.md): per backward plan and for cuDNN, the host µs per call, the do_bench time
     (as the main table times it) and the GPU time alone (the kernels' time in torch.profiler, 10
     calls). A plan whose host time exceeds its GPU time is host-bound: its eager figure measures
     Python and launches, not the kernels."""
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash as fl
+    from drill.kernels import common, triton_fa2
+    from drill.kernels import dispatch as fl
     from drill.kernels import flash_attention
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
@@ -730,45 +615,15 @@ def bench_short_backward(ds=(64, 128), s: int = 1024, tokens: int = 16384, log: 
     return rows, "\n".join(lines)
 
 
-def host_us(fn: Callable, calls: int = 200) -> float:
-    """Host microseconds per call, the GPU left to run behind: what a call costs the CPU."""
-    import torch
-
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
-
-
-def graph_ms(fn: Callable, rep: int = 100) -> float:
-    """Median ms of fn replayed from a CUDA graph captured once (do_bench: L2 flushed before each
-    replay): the GPU's time alone, without Python or launch overhead between runs."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return _median_ms(graph.replay, rep=rep)
-
-
 BWD_PROBE = """
 import torch
-from drill.kernels import flash
-flash.BACKWARD = {plan!r}
+from drill.kernels import dispatch
+dispatch.BACKWARD = {plan!r}
 for hkv, causal, s in ((2, False, 1000), (2, True, 1536), (8, True, 4096)):
     for d in (64, 128):
         q = torch.randn(2, 8, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k, v = (torch.randn(2, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-        flash.flash_attention(q, k, v, causal=causal).sum().backward()
+        dispatch.flash_attention(q, k, v, causal=causal).sum().backward()
 torch.cuda.synchronize()
 print("ok")
 """
@@ -796,12 +651,12 @@ def probe_backward_plan(plan: str, timeout: float = 420.0) -> str | None:
 
 
 def bwd_variant_configs(d: int, plans=("split", "hopper")) -> dict[str, tuple[str, dict]]:
-    """Backward variants timed side by side (kernels/NOTES.md, v7, b1): (plan, configs pinned in
+    """Backward variants timed side by side (kernels/NOTES.md): (plan, configs pinned in
     flash.FORCED_CONFIGS; empty for the tuner's pick), for the plans asked for."""
-    from drill.kernels import flash_hopper_bwd
+    from drill.kernels import gluon_bwd
 
     out = {"split (tuned)": ("split", {}), "onepass (tuned)": ("onepass", {})}
-    for kind, cands in (("kv", flash_hopper_bwd.CANDIDATES), ("q", flash_hopper_bwd.Q_CANDIDATES)):
+    for kind, cands in (("kv", gluon_bwd.CANDIDATES), ("q", gluon_bwd.Q_CANDIDATES)):
         for cfg in cands.get(d, []):  # the other pass with its first config
             name = (f"Gluon, {'dK/dV' if kind == 'kv' else 'dQ'} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']}"
                     + (" reversed" if cfg.get("REVERSE") else ""))
@@ -819,7 +674,8 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash as fl
+    from drill.kernels import common, triton_fa2
+    from drill.kernels import dispatch as fl
     from drill.kernels import flash_attention
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
@@ -849,8 +705,8 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
                         lines.append(f"| {d} | {s // 1024}k | {mask} | {name} | left out: probe failed ||||")
                         continue
                     fl.BACKWARD = plan
-                    fl.FORCED_CONFIGS.clear()
-                    fl.FORCED_CONFIGS.update(pinned)
+                    triton_fa2.FORCED_CONFIGS.clear()
+                    triton_fa2.FORCED_CONFIGS.update(pinned)
                     try:
                         qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
                         dq = torch.autograd.grad(ours(qg, kg, vg, causal, scale), qg, do)[0].float()
@@ -868,7 +724,7 @@ def bench_bwd_variants(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, ca
                                      f"{str(exc).splitlines()[0][:80] if str(exc) else ''} ||||")
                     finally:
                         fl.BACKWARD = saved
-                        fl.FORCED_CONFIGS.clear()
+                        triton_fa2.FORCED_CONFIGS.clear()
                     log(lines[-1])
                 del q, k, v, do, dq_split
                 torch.cuda.empty_cache()
@@ -886,7 +742,8 @@ def bench_bwd_kernels(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, cau
     import torch
     from torch.nn.attention import SDPBackend
 
-    from drill.kernels import flash as fl
+    from drill.kernels import common, triton_fa2
+    from drill.kernels import dispatch as fl
     from drill.kernels import flash_attention
 
     cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
@@ -932,231 +789,134 @@ def bench_bwd_kernels(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, cau
     return rows, "\n".join(lines)
 
 
-def bench_causal_order(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384,
-                       log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """Causal forward programs head by head against longest first over groups of heads
-    (flash_hopper._grouped, kernels/NOTES.md h1), each one-tile Gluon config, in one run. The Triton
-    forward does not change with the setting: its two columns say how far the timing moves by itself."""
+# --------------------------------------------------------------------------- launch configs
+# `precompile_candidates` compiles every config the tuner may try, in parallel processes, so that a
+# table's first call only times (Triton keeps the binaries on disk). `sweep_configs` times every
+# config of SWEEP_SPACE per kernel kind, head dim, length and mask: how triton_fa2's candidate lists
+# were chosen. Both need a CUDA GPU; suite.py's `sweep` step runs the sweep.
+
+SWEEP_SPACE = {
+    "fwd": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, PREFETCH=pf, POLY=poly)
+            for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for st in (2, 3) for pf in (False, True)
+            for poly in (0, 4) if not (bm == 64 and w == 8)],
+    "bwd_kv": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+               for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for st in (2, 3)],
+    "bwd_q": [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+              for bm in (64, 128) for bn in (32, 64) for w in (4, 8) for st in (2, 3)],
+}
+
+
+def _sweep_case_inputs(d, s, tokens, dtype):
     import torch
 
-    from drill.kernels import flash_hopper
-
-    groups: list[int] = []
-    chosen = flash_hopper.causal_group
-
-    def recording(*a):
-        groups.append(chosen(*a))
-        return groups[-1]
-
-    rows = []
-    lines = ["| D | S | kernel | heads per group | TFLOP/s head by head | TFLOP/s grouped | grouped / head by head |",
-             "|" + "---|" * 7]
-    for case in bench_cases(ds, seqs, tokens, (True,)):
-        d, s, b, h = case["d"], case["s"], case["b"], case["h"]
-        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d)
-        scale = 1.0 / math.sqrt(d)
-        jobs = [(f"Gluon {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} parts {cfg['PARTS']}",
-                 lambda q_, k_, v_, c, sc, cfg=cfg: flash_hopper.forward(q_, k_, v_, c, sc, cfg)[0])
-                for cfg in flash_hopper.CANDIDATES[d] if not cfg["PERSISTENT"]]
-        jobs.append(("Triton (never grouped)", _triton_forward_only))
-        for name, fn in jobs:
-            tf = {}
-            groups.clear()
-            flash_hopper.causal_group = recording
-            try:
-                for grouped in (False, True):
-                    flash_hopper.GROUP_HEADS = grouped
-                    ms, _ = _time_impl(fn, q, k, v, True, scale, "fwd", None)
-                    tf[grouped] = flops(b, h, s, d, True, "fwd") / ms * 1e-9
-            except Exception as exc:  # noqa: BLE001 - a row of the table, not the end of it
-                log(f"{name} d={d} s={s}: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            finally:
-                flash_hopper.causal_group, flash_hopper.GROUP_HEADS = chosen, True
-            used = "/".join(str(g) for g in sorted(set(groups))) or "-"
-            rows.append({"d": d, "s": s, "kernel": name, "groups": used, "tflops_heads": tf[False],
-                         "tflops_grouped": tf[True]})
-            lines.append(f"| {d} | {s // 1024}k | {name} | {used} | {tf[False]:.0f} | {tf[True]:.0f} | "
-                         f"{tf[True] / tf[False]:.3f} |")
-            log(lines[-1])
-        del q, k, v
-        torch.cuda.empty_cache()
-    return rows, "\n".join(lines)
+    h = HEADS.get(d, 16)
+    b = max(1, tokens // s)
+    g = torch.Generator(device="cuda").manual_seed(d * 7 + s)
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=getattr(torch, dtype), generator=g) for _ in range(4))
+    return b, h, q, k, v, do
 
 
-def _spills(launcher, before: set) -> str:
-    """Registers and spilled bytes of the kernels a FastLaunch compiled since `before` (its keys)."""
-    return "/".join(f"{k.n_regs}r {k.n_spills}B" for key, k in launcher.compiled.items() if key not in before) or "-"
-
-
-def _bench_flag(flag: str, off, on, causals, configs: Callable[[dict], bool], ds, seqs, tokens,
-                log: Callable[[str], None]) -> tuple[list[dict], str]:
-    """Gluon forwards with the module switch flash_hopper.<flag> at `off` and `on`, for each config
-    that `configs` keeps, the two settings alternating over two rounds, each keeping its best; the
-    outputs must agree bitwise (both switches below change the schedule, not the arithmetic)."""
+def _sweep_call(kind, cfg, d, s, causal, tokens, dtype, time_it: bool):
+    """Run (and optionally time) one kernel kind with one pinned config; returns ms or None."""
     import torch
 
-    from drill.kernels import flash_hopper
+    from drill.kernels import dispatch, triton_fa2
 
-    saved = getattr(flash_hopper, flag)
-    rows = []
-    lines = [f"| D | S | mask | config (BLOCK_M, BLOCK_N, stages, warps, maxnreg, partitions, persistent) | "
-             f"TFLOP/s {flag}={off} | {flag}={on} | on / off | bitwise equal | registers, spill (off, on) |",
-             "|" + "---|" * 9]
-    for case in bench_cases(ds, seqs, tokens, causals):
-        d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
-        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d)
-        scale = 1.0 / math.sqrt(d)
-        fl_ = flops(b, h, s, d, causal, "fwd")
-        for cfg in filter(configs, flash_hopper.CANDIDATES[d]):
-            tf, outs, spills = {off: 0.0, on: 0.0}, {}, {}
-            try:
-                for _ in range(2):
-                    for value in (off, on):
-                        setattr(flash_hopper, flag, value)
-                        before = set(flash_hopper._launch_fwd.compiled)
-                        with torch.no_grad():
-                            outs[value] = flash_hopper.forward(q, k, v, causal, scale, cfg)[0]
-                            spills.setdefault(value, _spills(flash_hopper._launch_fwd, before))
-                            ms = _median_ms(lambda: flash_hopper.forward(q, k, v, causal, scale, cfg))
-                        tf[value] = max(tf[value], fl_ / ms * 1e-9)
-            except Exception as exc:  # noqa: BLE001 - a row of the table, not the end of it
-                log(f"{cfg} d={d} s={s}: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            finally:
-                setattr(flash_hopper, flag, saved)
-            same = bool(torch.equal(outs[off], outs[on]))
-            rows.append({**case, "cfg": cfg, "off": tf[off], "on": tf[on], "equal": same})
-            lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {tuple(cfg.values())} | "
-                         f"{tf[off]:.0f} | {tf[on]:.0f} | {tf[on] / tf[off]:.3f} | {same} | "
-                         f"{spills[off]}, {spills[on]} |")
-            log(lines[-1])
-        del q, k, v
-        torch.cuda.empty_cache()
-    return rows, "\n".join(lines)
+    b, h, q, k, v, do = _sweep_case_inputs(d, s, tokens, dtype)
+    scale = 1.0 / math.sqrt(d)
+    triton_fa2.FORCED_CONFIGS.clear()
+    triton_fa2.FORCED_CONFIGS.update({kk: triton_fa2._candidates(kk, d)[0] for kk in ("fwd", "bwd_kv", "bwd_q")})
+    triton_fa2.FORCED_CONFIGS[kind] = cfg
+    try:
+        if kind == "fwd":
+            fn = lambda: dispatch._forward(q, k, v, causal, scale)  # noqa: E731
+        else:
+            o, lse = dispatch._forward(q, k, v, causal, scale)
+            fn = lambda: dispatch._backward(q, k, v, o, lse, do, None, causal, scale)  # noqa: E731
+        fn()
+        torch.cuda.synchronize()
+        return _median_ms(fn, 10, 40) if time_it else 0.0
+    finally:
+        triton_fa2.FORCED_CONFIGS.clear()
 
 
-def bench_trim(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log: Callable[[str], None] = print
-               ) -> tuple[list[dict], str]:
-    """Causal Gluon forwards with flash_hopper.TRIM off and on (kernels/NOTES.md h8), every config."""
-    return _bench_flag("TRIM", False, True, (True,), lambda cfg: True, ds, seqs, tokens, log)
+def _precompile_worker(jobs):
+    import os
+
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    failed = []
+    for job in jobs:
+        try:
+            _sweep_call(*job, time_it=False)
+        except Exception as exc:
+            failed.append((job, f"{type(exc).__name__}: {str(exc)[:200]}"))
+    return failed
 
 
-def bench_qbuf(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, log: Callable[[str], None] = print
-               ) -> tuple[list[dict], str]:
-    """Persistent Gluon forwards with one and two Q buffers (flash_hopper.Q_BUFFERS, kernels/NOTES.md
-    h12), causal and not."""
-    return _bench_flag("Q_BUFFERS", 1, 2, (False, True), lambda cfg: cfg["PERSISTENT"], ds, seqs, tokens, log)
+def precompile_candidates(ds=(64, 128), causals=(False, True), dtype="bfloat16", workers: int = 12,
+                          log: Callable[[str], None] = print, extra: tuple = ()) -> None:
+    """Compile every candidate config the tuner may try, in parallel processes (Triton's disk
+    cache keeps them), so the serial tuning inside the benchmark only times. extra: more
+    (kind, cfg, d, causal) to compile, e.g. the variants a benchmark pins."""
+    import multiprocessing as mp
+
+    from drill.kernels import dispatch, triton_fa2
+
+    jobs = [(kind, cfg, d, 4096, causal, 16384, dtype)
+            for kind in ("fwd", "bwd_kv", "bwd_q") for d in ds for causal in causals for cfg in triton_fa2._candidates(kind, d)]
+    jobs += [(kind, cfg, d, 4096, causal, 16384, dtype) for kind, cfg, d, causal in extra]
+    t0 = time.time()
+    chunks = [jobs[i::workers] for i in range(workers)]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        failed = [f for fails in pool.map(_precompile_worker, chunks) for f in fails]
+    log(f"precompiled {len(jobs)} candidate configs in {time.time() - t0:.0f}s, {len(failed)} failed")
+    for job, msg in failed:
+        log(f"  failed: {job[:5]}: {msg}")
 
 
-def bench_schedule(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384,
-                   log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """Persistent causal Gluon forwards with the previous pairs and with the balanced lists
-    (flash_hopper.BALANCED, kernels/NOTES.md h13)."""
-    return _bench_flag("BALANCED", False, True, (True,), lambda cfg: cfg["PERSISTENT"], ds, seqs, tokens, log)
+def sweep_configs(ds=(64, 128), seqs=(16384,), causals=(False, True), kinds=("fwd", "bwd_kv", "bwd_q"),
+                  tokens=16384, dtype="bfloat16", space=None, workers: int = 12,
+                  log: Callable[[str], None] = print) -> list[dict]:
+    """Time every config of `space` per (kind, D, S, causal). Compiles in parallel processes first."""
+    import multiprocessing as mp
+
+    space = space or SWEEP_SPACE
+    jobs = [(kind, cfg, d, s, causal, tokens, dtype)
+            for kind in kinds for d in ds for causal in causals for cfg in space[kind] for s in seqs[:1]]
+    t0 = time.time()
+    failed: dict = {}
+    if workers > 1:
+        chunks = [jobs[i::workers] for i in range(workers)]
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for fails in pool.map(_precompile_worker, chunks):
+                for job, msg in fails:
+                    failed[json.dumps(job[:2], sort_keys=True) + str(job[2:5])] = msg
+    log(f"sweep: compiled {len(jobs)} variants in {time.time() - t0:.0f}s, {len(failed)} failed")
+    results = []
+    for kind in kinds:
+        for d in ds:
+            for causal in causals:
+                for s in seqs:
+                    timed = []
+                    for cfg in space[kind]:
+                        try:
+                            ms = _sweep_call(kind, cfg, d, s, causal, tokens, dtype, time_it=True)
+                        except Exception as exc:
+                            timed.append({"cfg": cfg, "ms": None, "error": f"{type(exc).__name__}: {str(exc)[:120]}"})
+                            continue
+                        timed.append({"cfg": cfg, "ms": ms})
+                    ok = sorted([t for t in timed if t["ms"] is not None], key=lambda t: t["ms"])
+                    res = {"kind": kind, "d": d, "s": s, "causal": causal, "ranked": ok,
+                           "failed": [t for t in timed if t["ms"] is None]}
+                    results.append(res)
+                    top = ", ".join(f"{cfg_str(t['cfg'])}={t['ms']:.3f}ms" for t in ok[:4])
+                    log(f"sweep {kind} D={d} S={s} causal={causal}: {top} ({len(res['failed'])} failed)")
+    return results
 
 
-H200_FP8_PEAK = 1979.0  # dense e4m3 TFLOP/s, NVIDIA's H200 SXM datasheet (3958 is with sparsity)
-
-
-def _scaled_mm_tflops(n: int = 8192) -> float:
-    """A large e4m3 matrix product through torch._scaled_mm: the FP8 rate this machine reaches."""
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(n, n, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    b = torch.randn(n, n, device="cuda", generator=g).to(torch.float8_e4m3fn).t()  # column-major
-    one = torch.ones((), device="cuda")
-    ms = _median_ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-    return 2 * n ** 3 / ms * 1e-9
-
-
-def bench_fp8(ds=(64, 128), seqs=(4096, 16384), tokens: int = 16384, causals=(False, True),
-              log: Callable[[str], None] = print) -> tuple[list[dict], str]:
-    """The FP8 forward (kernels/flash_fp8.py) against SDPA cuDNN in bf16, same inputs, one run:
-    TFLOP/s of each kernel alone (inputs quantised beforehand, as a model that keeps FP8
-    activations would call it): the plan's (flash_fp8.gluon_config), the Triton kernel and every
-    config of flash_hopper.CANDIDATES with FP8=True; the plan's with the quantisation, and the quantisation
-    alone; the share of the datasheet's FP8 peak and of a measured e4m3 matmul; and the error
-    against fp32 attention on one head pair (relative Frobenius), plain, with incoherent
-    processing, and cuDNN bf16's for scale."""
-    import torch
-    from torch.nn.attention import SDPBackend
-
-    from drill.kernels import flash_fp8, flash_hopper
-
-    cudnn = _sdpa_gqa(SDPBackend.CUDNN_ATTENTION)
-    mm = _scaled_mm_tflops()
-    rows, every = [], []
-    lines = [f"e4m3 matmul (torch._scaled_mm, 8192³): {mm:.0f} TFLOP/s; datasheet dense FP8 peak {H200_FP8_PEAK:.0f}.",
-             "", "| D | S | mask | plan's kernel | TFLOP/s | with quantisation | quantisation ms | cuDNN bf16 | "
-             "plan / cuDNN | plan / peak | plan / matmul | error FP8 | error FP8 incoherent | error cuDNN bf16 |",
-             "|" + "---|" * 14]
-
-    def rel(o, ref):
-        return ((o.float() - ref).norm() / ref.norm()).item()
-
-    for case in bench_cases(ds, seqs, tokens, causals):
-        d, s, b, h, causal = case["d"], case["s"], case["b"], case["h"], case["causal"]
-        q, k, v = _inputs(b, h, h, s, d, torch.bfloat16, "bhsd", s + d + causal)
-        scale = 1.0 / math.sqrt(d)
-        fl_ = flops(b, h, s, d, causal, "fwd")
-        plan = flash_fp8.gluon_config(q, k, causal)
-        kernels = {"triton": None, **{f"gluon #{i}": c for i, c in enumerate(flash_hopper.CANDIDATES[d])}}
-        plan_name = next((n for n, c in kernels.items() if c == plan), "plan")
-        kernels.setdefault(plan_name, plan)
-        tf, errors = {}, {}
-        with torch.no_grad():
-            for name, cfg in kernels.items():
-                try:
-                    x = flash_fp8.prepare(q, k, v, causal, cfg=cfg)
-                    tf[name] = fl_ / _median_ms(lambda: flash_fp8.forward(x, causal, scale)) * 1e-9
-                except Exception as exc:  # a config that does not compile or fit
-                    errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-            x = flash_fp8.prepare(q, k, v, causal)
-            quant_ms = _median_ms(lambda: flash_fp8.prepare(q, k, v, causal))
-            tf["quantised"] = fl_ / _median_ms(lambda: flash_fp8.flash_attention_fp8(q, k, v, causal, scale)) * 1e-9
-            tf["cudnn"] = fl_ / _median_ms(lambda: cudnn(q, k, v, causal, scale)) * 1e-9
-            part = [t[:1, :2] for t in (q, k, v)]  # fp32 attention over 2 heads: S² scores fit easily
-            scores = part[0].float() @ part[1].float().transpose(-1, -2) * scale  # full fp32 (no TF32)
-            if causal:
-                scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-            ref = torch.softmax(scores, -1) @ part[2].float()
-            del scores
-            err = {"fp8": rel(flash_fp8.forward(x, causal, scale)[0][:1, :2], ref),
-                   "incoherent": rel(flash_fp8.flash_attention_fp8(*part, causal, scale, incoherent=True), ref),
-                   "cudnn": rel(cudnn(*part, causal, scale), ref)}
-        del x
-        ours = tf[plan_name]
-        rows.append({**case, "plan": plan_name, "tflops": tf, "quant_ms": quant_ms, "errors": err, "failed": errors,
-                     "matmul": mm})
-        lines.append(f"| {d} | {s // 1024}k | {'causal' if causal else 'none'} | {plan_name} | {ours:.0f} | "
-                     f"{tf['quantised']:.0f} | {quant_ms:.3f} | {tf['cudnn']:.0f} | {ours / tf['cudnn']:.2f} | "
-                     f"{ours / H200_FP8_PEAK:.2f} | {ours / mm:.2f} | {err['fp8']:.2e} | "
-                     f"{err['incoherent']:.2e} | {err['cudnn']:.2e} |")
-        log(lines[-1])
-        every.append(f"- D = {d}, {s // 1024}k, {'causal' if causal else 'no mask'}: " + ", ".join(
-            f"{n} {tf[n]:.0f}" if n in tf else f"{n} failed ({errors[n]})" for n in kernels))
-        log(every[-1])
-        del q, k, v
-        torch.cuda.empty_cache()
-    lines += ["", "Every kernel alone, TFLOP/s (gluon #i: flash_hopper.CANDIDATES[D][i] with FP8=True):", ""] + every
-    return rows, "\n".join(lines)
-
-
-def variant_jobs(ds=(64, 128)) -> list[tuple]:
-    """(kind, cfg, d, causal) for precompile_candidates: every pinned variant above."""
-    return [("fwd", cfg, d, causal) for d in ds for name, cfg in variant_configs(d).items()
-            for causal in ((False, True) if "poly" in name or name == "default" else (True,))]
-
-
-def time_user(path, table_kw: dict, log: Callable[[str], None] = print) -> dict:
-    """The user's kernel timed in the sandbox at the forward sizes of bench_table(**table_kw)."""
-    from drill.kernels import bench_user
-
-    sizes = {k: table_kw[k] for k in ("ds", "seqs", "tokens", "causals") if k in table_kw}
-    log("yours: timed first, forward only, in the grader's sandboxed process (round trip minus calibrated transfer)")
-    return bench_user.time_user_kernel(path, bench_cases(**sizes), dtype=table_kw.get("dtype", "bfloat16"), log=log)
+def cfg_str(cfg: dict) -> str:
+    s = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}w{cfg['num_warps']}s{cfg['num_stages']}"
+    return s + ("pf" if cfg.get("PREFETCH") else "") + (f"poly{cfg['POLY']}" if cfg.get("POLY") else "")
 
 
 def main(argv=None) -> int:
@@ -1165,7 +925,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="D=128 only, S=4k and 16k")
     ap.add_argument("--no-flex", action="store_true")
-    ap.add_argument("--kernel", help="a file defining flash_attention(q, k, v, causal, sm_scale)")
     ap.add_argument("--json", help="write rows here")
     ap.add_argument("--warm-flex", action="store_true", help="only compile FlexAttention for the table's shapes")
     a = ap.parse_args(argv)
@@ -1174,8 +933,7 @@ def main(argv=None) -> int:
         return 0
     impls = [n for n in IMPLS if not (a.no_flex and n == "flex")]
     kw = dict(ds=(128,), seqs=(4096, 16384)) if a.quick else {}
-    user = time_user(a.kernel, kw) if a.kernel else None
-    rows = bench_table(impls=impls, user=user, **kw)
+    rows = bench_table(impls=impls, **kw)
     print(to_markdown(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

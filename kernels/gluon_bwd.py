@@ -1,6 +1,6 @@
 """FlashAttention backward for Hopper in Gluon: TMA producer warps and asynchronous wgmma.
 
-kernels/NOTES.md (v7, "where #16 stands", b1-b3) found that the backward's 7-matmul split already
+kernels/NOTES.md found that the backward's 7-matmul split already
 runs the tensor cores near their rate in plain Triton, and that a deterministic 5-matmul pass
 loses more to its ordered dQ hand-off than it saves. These kernels keep the split's two passes
 and write each the way flash_hopper.py writes the forward (FlashAttention-3, Shah et al. 2024:
@@ -14,7 +14,7 @@ warp specialisation and asynchronous wgmma):
   is on the tensor cores, issues dV += Pᵀ dO, computes dSᵀ = Pᵀ ∘ (dPᵀ − Δ) while dV runs, and
   issues dK += dSᵀ Q. REVERSE configs take the query blocks from the last one down, so the causal
   programs of a head, which start at their own diagonal otherwise, read the same blocks in step
-  (kernels/NOTES.md h3: +3-7 % causal, -4-5 % unmasked at D = 128; the plan picks per shape).
+  (kernels/NOTES.md: +3-7 % causal, -4-5 % unmasked at D = 128; the plan picks per shape).
 - dQ (_bwd_q_kernel). A program owns BLOCK_M query rows (Q, dO in shared memory, dQ in registers
   of PARTS warpgroups of 64 rows); the producer streams K_j, V_j; per key block a consumer issues
   S = Q Kᵀ and dP = dO Vᵀ together, computes P while dP runs, then dQ += dS K_j.
@@ -33,17 +33,19 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from .common import LOG2E
 from .fastlaunch import FastLaunch
-from .flash_hopper import LOG2E, TILE, _descriptor, _origin, _tma_load, _tma_store
+from .gluon_common import TILE, _descriptor, _origin, _tma_load, _tma_store
+from .gluon_common import applicable as _forward_scope
 
 
 def _cfg(block_m, block_n, stages, reverse=False):
-    # two consumer warpgroups; REVERSE (dK/dV): query blocks last to first (kernels/NOTES.md h3)
+    # two consumer warpgroups; REVERSE (dK/dV): query blocks last to first (kernels/NOTES.md)
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PARTS=2, REVERSE=reverse)
 
 
 # Per head dim, best first. dK/dV: BLOCK_M query rows streamed per step against BLOCK_N keys per
-# program, 64 key rows per warpgroup (wgmma's M; 32-row query blocks lost 10-15 %, NOTES b2).
+# program, 64 key rows per warpgroup (wgmma's M; 32-row query blocks lost 10-15 %, kernels/NOTES.md).
 CANDIDATES = {
     64: [_cfg(64, 128, 3), _cfg(64, 128, 4), _cfg(64, 128, 3, reverse=True)],
     128: [_cfg(64, 128, 2), _cfg(64, 128, 3), _cfg(64, 128, 2, reverse=True)],
@@ -366,16 +368,14 @@ def _bwd_q_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, LSE2, DELTA, H, G, S
 def applicable(q, k, v, do, causal: bool) -> bool:
     """Whether this kernel covers the call: flash_hopper's forward scope, and dO laid out so a
     descriptor can read it (contiguous, or a [B, S, H, D] view)."""
-    from . import flash_hopper
-
-    if not flash_hopper.applicable(q, k, v, causal):
+    if not _forward_scope(q, k, v, causal):
         return False
     if do.shape != q.shape or do.dtype != q.dtype or not (do.is_contiguous() or do.transpose(1, 2).is_contiguous()):
         return False
     return do.data_ptr() % 16 == 0 and do.untyped_storage().nbytes() < 2**31
 
 
-# Skip Triton's binder on repeated calls: at S = 1k a backward's host time matched its GPU time (NOTES h4).
+# Skip Triton's binder on repeated calls: at S = 1k a backward's host time matched its GPU time (kernels/NOTES.md).
 _launch_kv, _launch_q = FastLaunch(_bwd_kv_kernel), FastLaunch(_bwd_q_kernel)
 
 
@@ -385,7 +385,9 @@ def backward_kv(q, k, v, do, dk, dv, lse2, delta, causal: bool, sm_scale: float,
     HKV, SK = k.shape[1], k.shape[2]
     cfg = cfg or CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
-    assert SQ % TILE == 0 and SK % TILE == 0 and dk.stride() == dv.stride()
+    if SQ % TILE or SK % TILE or dk.stride() != dv.stride():
+        raise ValueError(f"backward_kv: Sq = {SQ} and Sk = {SK} must be multiples of {TILE}, dk and dv laid out "
+                         f"alike (strides {dk.stride()} and {dv.stride()})")
     _launch_kv(
         (SK // bn * B * HKV,), _descriptor(q, bm), _descriptor(do, bm), _descriptor(k, bn // parts),
         _descriptor(v, bn // parts), _descriptor(dk, bn // parts), _descriptor(dv, bn // parts), lse2, delta, H, HKV,
@@ -401,7 +403,9 @@ def backward_q(q, k, v, do, dq, lse2, delta, causal: bool, sm_scale: float, cfg:
     HKV, SK = k.shape[1], k.shape[2]
     cfg = cfg or Q_CANDIDATES[D][0]
     bm, bn, parts = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["PARTS"]
-    assert SQ % TILE == 0 and SK % TILE == 0 and dq.stride() == q.stride()
+    if SQ % TILE or SK % TILE or dq.stride() != q.stride():
+        raise ValueError(f"backward_q: Sq = {SQ} and Sk = {SK} must be multiples of {TILE}, dq laid out as q "
+                         f"(strides {dq.stride()} and {q.stride()})")
     _launch_q(
         (SQ // bm * B * H,), _descriptor(q, bm // parts), _descriptor(do, bm // parts), _descriptor(k, bn),
         _descriptor(v, bn), _descriptor(dq, bm // parts), lse2, delta, H, H // HKV, SQ, SK, *q.stride()[:3],

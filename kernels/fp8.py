@@ -21,15 +21,16 @@ V is stored transposed ([B, H, D, S]), so both matmuls read their reduction dime
 contiguously, as Hopper's FP8 wgmma requires. One Triton kernel (`quantize`) reads each input
 once and writes its e4m3 copy and block scales.
 
-Two kernels run it. On Hopper, for the shapes kernels/flash_hopper.py covers (Sq and Sk multiples
-of 128, causal only with Sq = Sk, bf16 or fp16 in), its warp-specialised Gluon forward with FP8=True
-(a TMA producer warp, asynchronous e4m3 wgmma, P rounded to e4m3 in registers). Everywhere else,
-including the interpreter, the plain Triton kernel below.
+Two kernels run it, as dispatch.fp8_plan chooses. On Hopper, for the shapes gluon_fwd.py covers
+(Sq and Sk multiples of 128, causal only with Sq = Sk, bf16 or fp16 in), its warp-specialised
+Gluon forward with FP8=True (a TMA producer warp, asynchronous e4m3 wgmma, P rounded to e4m3 in
+registers). Everywhere else, including the interpreter, the plain Triton kernel below. This file
+quantises for either (prepare) and runs its own (forward).
 
 Shapes as flash_attention: q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with Hkv dividing H (GQA), any
 lengths, causal aligned bottom-right. Returns o in q's dtype (and the natural-log lse). The Triton
-kernel is plain pointer arithmetic, so it runs under TRITON_INTERPRET=1; kernels/NOTES.md h10 and
-h11 have the accuracy and speed.
+kernel is plain pointer arithmetic, so it runs under TRITON_INTERPRET=1; kernels/NOTES.md has
+the accuracy and speed.
 """
 
 from __future__ import annotations
@@ -41,22 +42,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .common import LOG2E
 from .fastlaunch import interpreting
-from .flash import check_arguments
-
-# The Gluon config per (head dim, causal), in flash_hopper's config format: the fastest of its
-# candidates with FP8=True in one bench_fp8 run at 4k and 16k (kernels/NOTES.md h11; gluon #6 and
-# #3 there). A head dim not here runs the Triton kernel.
-GLUON_CONFIGS: dict[tuple[int, bool], dict] = {
-    (64, False): dict(BLOCK_M=192, BLOCK_N=128, STAGES=3, num_warps=4, maxnreg=None, PARTS=3, PERSISTENT=True),
-    (64, True): dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=128, PARTS=1, PERSISTENT=False),
-    (128, False): dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2, PERSISTENT=True),
-    (128, True): dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=4, maxnreg=None, PARTS=2, PERSISTENT=True),
-}
 
 E4M3_MAX = 448.0
 P_SCALE = 256.0  # P in [0, 1] is quantised as P_SCALE·P: exact, and clear of e4m3's subnormals
-LOG2E = 1.4426950408889634
 
 
 def blocks(d: int) -> tuple[int, int, int, int]:
@@ -213,31 +203,16 @@ class Quantized:
         self.dtype, self.shape, self.cfg = dtype, shape, cfg
 
 
-def gluon_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> dict | None:
-    """The Gluon config that runs this call, or None for the Triton kernel (module docstring)."""
-    cfg = GLUON_CONFIGS.get((q.shape[-1], bool(causal)))
-    if cfg is None or interpreting() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
-        return None
-    (B, H, SQ, D), SK = q.shape, k.shape[2]
-    if q.dtype not in (torch.bfloat16, torch.float16) or SQ % 128 or SK % 128 or SQ < cfg["BLOCK_M"]:
-        return None
-    if (causal and SQ != SK) or max(B * H * SQ, k.shape[0] * k.shape[1] * SK) * D >= 2**31:  # int32 offsets
-        return None
-    return cfg
-
-
 def fold_v_scales(v_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(log2 of P's factor per key block, O's factor per head) from V's block scales (module docstring)."""
     top = v_scale.amax(-1)
     return torch.log2(P_SCALE * v_scale / top[..., None]).contiguous(), (top / P_SCALE).contiguous()
 
 
-def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, rotate: bool = False,
-            cfg: dict | None | str = "auto") -> Quantized:
+def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool = False,
+            cfg: dict | None = None) -> Quantized:
     """Quantise q, k (after the rotation, if asked) and v per block for the kernel that will run
-    (cfg "auto": gluon_config's choice; None: the Triton kernel; or a flash_hopper config)."""
-    if cfg == "auto":
-        cfg = gluon_config(q, k, causal)
+    (cfg None: this file's Triton kernel; else a gluon_fwd config, whose blocks the scales follow)."""
     if cfg is None:
         block_m, block_n, _, _ = blocks(q.shape[-1])
     else:
@@ -252,12 +227,9 @@ def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fa
 
 
 def forward(x: Quantized, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o in the inputs' dtype, lse float32) from prepared inputs."""
+    """(o in the inputs' dtype, lse float32) from inputs prepared for this file's kernel (cfg None)."""
     if x.cfg is not None:
-        from . import flash_hopper  # Gluon: imported only where it runs
-
-        return flash_hopper.forward_fp8(x.q8, x.k8, x.vt8, (x.q_scale, x.k_scale, x.v_log2, x.v_out), causal,
-                                        sm_scale, x.cfg, x.dtype)
+        raise ValueError("fp8.forward runs inputs prepared with cfg=None; a Gluon config runs in gluon_fwd.forward_fp8")
     B, H, SQ, D = x.shape
     HKV, SK = x.k8.shape[1], x.k8.shape[2]
     block_m, block_n, warps, stages = blocks(D)
@@ -270,14 +242,3 @@ def forward(x: Quantized, causal: bool, sm_scale: float) -> tuple[torch.Tensor, 
         D=D, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal), ROUND_FIRST=interpreting(),
         num_warps=warps, num_stages=stages)
     return o, lse
-
-
-def flash_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        sm_scale: float | None = None, incoherent: bool = False, return_lse: bool = False):
-    """softmax(q kᵀ · sm_scale [+ bottom-right causal mask]) v with both matmuls in FP8 (e4m3),
-    per-block scales, and optionally incoherent processing of q and k (module docstring).
-    Forward only: nothing here is differentiable. Returns o in q's dtype, or (o, lse)."""
-    sm_scale = check_arguments(q, k, v, sm_scale, "flash_attention_fp8")
-    with torch.no_grad():
-        o, lse = forward(prepare(q, k, v, causal, rotate=incoherent), causal, sm_scale)
-    return (o, lse) if return_lse else o

@@ -1,15 +1,17 @@
-"""Compile the flash kernels for sm_90 on a machine without a GPU and print fingerprints.
+"""Compile the Triton FlashAttention kernels for sm_90 on a machine without a GPU and print fingerprints.
 
-    python kernels/compile_check.py kernels/flash.py [fwd,bwd_q,bwd_kv | fused] > new.txt
-    git show main:kernels/flash.py > /tmp/old.py && python kernels/compile_check.py /tmp/old.py > old.txt
+    python tests/kernel_compile.py kernels/triton_fa2.py [fwd,bwd_q,bwd_kv | fused] > new.txt
+    git show main:kernels/triton_fa2.py > /tmp/old.py && python tests/kernel_compile.py /tmp/old.py > old.txt
 
 Per kernel variant (head dim, causal, tile MODE, forward PREFETCH/POLY, one-pass DQ_MODE): a
 hash of the TTGIR with value names and order ignored ("ttgir"), the PTX instruction count,
 hashes of the PTX as a multiset and exactly, and the shared memory. Equal "ttgir" hashes
-between two versions of flash.py mean the compiler was handed the same work (how issue 17's
-fold was checked, kernels/NOTES.md v7). Uses whatever Triton is installed (a Triton 3.6 wheel
-in a side virtual environment gives the device's compiler). DUMP=dir keeps the PTX and TTGIR.
-compile_gluon_forward does the same for flash_hopper's Gluon forward (bf16 or FP8), for the tests.
+between two versions of the file mean the compiler was handed the same work: the way to show a
+refactor changed no kernel. Uses whatever Triton is installed (a Triton 3.6 wheel in a side
+virtual environment gives the device's compiler). DUMP=dir keeps the PTX and TTGIR.
+compile_gluon_forward compiles gluon_fwd's Gluon forward (bf16 or FP8) as the tests need it.
+The file to check is loaded as a module of the package (drill.kernels), so its relative imports
+resolve.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def cases(mod, only):
 
 
 def compile_gluon_forward(cfg: dict, d: int, causal: bool, fp8: bool):
-    """flash_hopper's forward kernel compiled for sm_90 with the installed Triton (no GPU needed:
+    """gluon_fwd's forward kernel compiled for sm_90 with the installed Triton (no GPU needed:
     Triton 3.9 compiles Gluon for an explicit target), as forward / forward_fp8 would launch cfg."""
     import torch
     import triton
@@ -104,14 +106,15 @@ def compile_gluon_forward(cfg: dict, d: int, causal: bool, fp8: bool):
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from drill.kernels import flash_hopper as fh
+    from drill.kernels import gluon_common
+    from drill.kernels import gluon_fwd as fh
 
     dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
     rows, bn = cfg["BLOCK_M"] // cfg["PARTS"], cfg["BLOCK_N"]
 
     def desc(r, c, t):
         return TensorDescriptor(torch.empty(1024, 1024, dtype=t), [1024, 1024], [1024, 1], [r, c],
-                                fh._smem_layout(r, c, t)).__mangle__()
+                                gluon_common._smem_layout(r, c, t)).__mangle__()
 
     descs = {"q_desc": desc(rows, d, dtype), "k_desc": desc(bn, d, dtype),
              "v_desc": desc(d, bn, dtype) if fp8 else desc(bn, d, dtype), "o_desc": desc(rows, d, torch.bfloat16)}
@@ -136,7 +139,9 @@ def main(argv: list[str]) -> int:
     from triton.compiler import ASTSource
 
     path, only = argv[0], (argv[1].split(",") if len(argv) > 1 else None)
-    spec = importlib.util.spec_from_file_location("flash_under_check", path)
+    import drill.kernels  # noqa: F401  (the package the checked file's relative imports resolve in)
+
+    spec = importlib.util.spec_from_file_location("drill.kernels._under_check", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     target = GPUTarget("cuda", 90, 32)

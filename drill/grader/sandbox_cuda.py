@@ -1,8 +1,8 @@
 """Which layer of the grader's sandbox, if any, keeps CUDA from starting in the subject.
 
-Run by kernels/gpu_suite.py (step `sandbox_cuda`) on a GPU machine. Each variant starts a
-small script the way drill.grader.sandbox.Contained starts the subject, with one layer
-changed, and asks it to initialise CUDA and run one kernel. `full` is what grading uses for a
+Run by kernels/benchmarks/suite.py (step `sandbox_cuda`, as `python -m drill.grader.sandbox_cuda`)
+on a GPU machine. Each variant starts a small script the way drill.grader.sandbox.Contained
+starts the subject, with one layer changed, and asks it to initialise CUDA and run one kernel. `full` is what grading uses for a
 CUDA subject (its own /proc entry writable); `no_own_proc` is that sandbox without the entry,
 where the NVIDIA driver fails (BENCHMARKS.md, "Trusted grading on the H200"), and every other
 variant changes one layer of `no_own_proc`, to show which layer mattered.

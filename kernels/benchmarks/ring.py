@@ -1,6 +1,6 @@
 """Ring attention on every visible GPU: correctness against one GPU, then timing.
 
-    python kernels/ring_bench.py [--quick] [--seqs 32768,65536]   # writes $OUT/ring.md
+    python -m drill.kernels.benchmarks.ring [--quick] [--seqs 32768,65536]   # writes $OUT/ring.md
     (the GPU suite runs it as the step `ring_bench`)
 
 One process per GPU (torch.multiprocessing spawn, NCCL, NCCL_NVLS_ENABLE=0). Every rank
@@ -152,13 +152,13 @@ def check_rank(rank: int, world: int, config: dict) -> list[dict]:
     """Ring vs single-device flash vs an fp32 reference, on this rank's rows; the worst over ranks."""
     import torch
 
-    from drill.kernels.flash import flash_attention
-    from drill.kernels.ring import LAYOUTS, _torch_block, ring_attention, shard
+    from drill.kernels import flash_attention, ring_attention
+    from drill.kernels.ring import LAYOUTS, shard, torch_block
 
     q, k, v = _inputs(config["check_seq"], config, rank)
     rows = []
     for causal in (False, True):
-        ref_o, ref_lse = _torch_block(q, k, v, causal, 1.0 / config["dim"] ** 0.5)  # >= fp32, whole sequence
+        ref_o, ref_lse = torch_block(q, k, v, causal, 1.0 / config["dim"] ** 0.5)  # >= fp32, whole sequence
         one_o, one_lse = flash_attention(q, k, v, causal=causal, return_lse=True)
         for layout in LAYOUTS:
             mine = [shard(t, rank, world, layout) for t in (q, k, v)]
@@ -196,8 +196,8 @@ def time_rank(rank: int, world: int, seqs: list[int], reps: int, config: dict) -
     import torch
     import torch.distributed as dist
 
-    from drill.kernels.flash import flash_attention
-    from drill.kernels.ring import ring_attention, shard
+    from drill.kernels import flash_attention, ring_attention
+    from drill.kernels.ring import shard
 
     device = _device(config, rank)
     rows = []

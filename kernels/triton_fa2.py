@@ -15,10 +15,10 @@ allows TF32 (allow_tf32 = True or fp32_precision = "tf32"). The accurate path is
 float64 are those of the scalar-FMA "ieee" path and of SDPA EFFICIENT (4e-7 to 4e-6) at
 18-34 TFLOP/s, where "ieee" runs at 2-4 (BENCHMARKS.md, fp32 table).
 
-On Hopper the forward may instead run kernels/flash_hopper.py, a warp-specialised Gluon kernel
-(TMA producer warp, asynchronous wgmma across the softmax, two consumer warpgroups in
-ping-pong, persistent programs): FORWARD "auto" times both per shape bucket and keeps the
-faster; the backward below serves either, as both write the same o and lse.
+On Hopper, dispatch.py's forward plan may run gluon_fwd.py's warp-specialised Gluon kernel
+instead of this file's, for the calls it covers; the backward below serves either, as both
+write the same o and lse. This file knows nothing of that plan: it is one backend, with its own
+launch-config tuner.
 
 Forward (one program per (query block, batch*head)):
     Q_i [BLOCK_M, D] stays in registers; K_j, V_j [BLOCK_N, D] stream past it.
@@ -44,9 +44,9 @@ Backward (deterministic: every output element is written by exactly one program)
         ds^T = p^T (dp^T - delta);  dK += ds^T Q * scale
     dQ pass: one program per query block, looping over key blocks:
         p = 2^(Q K^T * scale*log2e - lse2);  dp = dO V^T;  ds = p (dp - delta);  dQ += ds K * scale
-  On Hopper either pass may instead run kernels/flash_hopper_bwd.py's Gluon kernel for it (the
-  same loops and sums, warp-specialised like the forward): BACKWARD "auto" times both per pass
-  and shape bucket and keeps the faster, so the result stays bitwise reproducible either way.
+  On Hopper, dispatch.py's backward plan may run gluon_bwd.py's kernel for either pass (the same
+  loops and sums, warp-specialised like the forward), so the result stays bitwise reproducible
+  either way.
 
 Three ways of moving tiles, picked at launch by the constexpr MODE:
   2 host tensor descriptors, one per tensor, over a 2-D [rows, row stride] view of its
@@ -64,8 +64,6 @@ All three run under TRITON_INTERPRET=1 (tl.make_block_ptr does not, on Triton 3.
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 
 import torch
@@ -74,10 +72,9 @@ import triton.language as tl
 import triton.runtime.errors
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from .common import LOG2E, bucket, empty_in_layout, host_ok, last_dim_contiguous
 from .fastlaunch import FastLaunch
 from .fastlaunch import interpreting as _interpreting
-
-LOG2E = 1.4426950408889634
 
 
 # --------------------------------------------------------------------------- helpers
@@ -590,7 +587,7 @@ def _f(bm, bn, w, s, prefetch=False, poly=0):
 
 
 def _candidates(kind: str, d: int) -> list[dict]:
-    """Candidate configs for head dim d on a Hopper-class GPU, best first (NOTES.md, sweep 1)."""
+    """Candidate configs for head dim d on a Hopper-class GPU, best first (kernels/NOTES.md)."""
     if kind == "fwd":
         if d <= 64:
             return [_f(64, 128, 4, 2), _f(64, 64, 4, 3), _f(128, 128, 4, 3),
@@ -613,7 +610,7 @@ def _candidates(kind: str, d: int) -> list[dict]:
         return [_c(64, 32, 4, 2), _c(64, 64, 8, 2)]
     if kind in ("bwd_onepass", "bwd_atomic"):
         # the dK/dV tiles plus a [BLOCK_M, D] fp32 dQ_partial; 128-key tiles halve the dQ hand-offs
-        # per FLOP (NOTES.md, v7), at the price of 8 warps for the dK, dV accumulators
+        # per FLOP (kernels/NOTES.md), at the price of 8 warps for the dK, dV accumulators
         if d <= 64:
             return [_c(64, 128, 8, 2), _c(32, 128, 4, 2), _c(64, 64, 4, 2)]
         if d <= 128:
@@ -621,15 +618,6 @@ def _candidates(kind: str, d: int) -> list[dict]:
         return [_c(32, 64, 4, 2), _c(64, 64, 8, 2)]
     raise ValueError(kind)
 
-
-# Backward plan (kernels/NOTES.md, v7, b1-b4), each deterministic unless said:
-# - "auto" (the default): dK/dV pass, then dQ pass, each from the faster of this file's Triton kernel
-#   and flash_hopper_bwd's Gluon kernel per shape bucket (Gluon only on Hopper, within its scope);
-# - "split": both passes in Triton (7 matmuls per score tile); "hopper": both in Gluon where covered;
-# - "onepass" (5 matmuls, dQ added in key-block order) and "atomic" (dQ by atomic adds: NOT
-#   deterministic): slower than split at every size on an H200 (0.11-0.54x and 0.72-0.84x), kept
-#   for comparison.
-BACKWARD = os.environ.get("DRILL_FLASH_BWD", "auto")
 
 # Tests and the benchmark may pin configs: {"fwd": {...}, ...}. Empty means tune.
 FORCED_CONFIGS: dict[str, dict] = {}
@@ -665,7 +653,7 @@ def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple, ti
 
 def _host_descriptor(t: torch.Tensor, block: int) -> TensorDescriptor:
     """A descriptor over t's memory as [rows, row stride]: every head's [S, D] matrix is a
-    block of it (module docstring, MODE 2; _host_ok says when)."""
+    block of it (module docstring, MODE 2; common.host_ok says when)."""
     B, H, S, D = t.shape
     sb, sh, ss, _ = t.stride()
     rows = ((B - 1) * sb + (H - 1) * sh) // ss + S
@@ -694,7 +682,7 @@ _FAST: dict = {}
 
 def _fast(kernel) -> FastLaunch:
     """kernel's launcher that skips Triton's binder on repeated calls (fastlaunch.py): at S = 1k a
-    call's host time is as long as its GPU time (NOTES h4)."""
+    call's host time is as long as its GPU time (kernels/NOTES.md)."""
     if kernel not in _FAST:
         _FAST[kernel] = FastLaunch(kernel)
     return _FAST[kernel]
@@ -715,16 +703,8 @@ def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
 
 
 def tuned_configs() -> dict:
-    """The configs chosen so far, keyed by (kernel, shape bucket...); "fwd-plan" and "bwd-plan" rows
-    say which kernel the auto plans chose (a Gluon config, or "triton")."""
-    out = {" ".join(map(str, k)): dict(v) for k, v in _TUNED.items()}
-    out.update({"fwd-plan " + " ".join(map(str, k)): dict(v, kernel="gluon") if v else {"kernel": "triton"}
-                for k, v in _FWD_PLAN.items()})
-    for k, v in _BWD_PLAN.items():
-        for kind, cfg in v.items():
-            name = f"bwd-plan {kind} " + " ".join(map(str, k))
-            out[name] = dict(cfg, kernel="gluon") if cfg else {"kernel": "triton"}
-    return out
+    """The configs chosen so far, keyed by (kernel, shape bucket...)."""
+    return {" ".join(map(str, k)): dict(v) for k, v in _TUNED.items()}
 
 
 # --------------------------------------------------------------------------- launchers
@@ -749,31 +729,8 @@ def _tile_modes(*tensors: torch.Tensor) -> tuple[int, bool]:
             es = t.element_size()
             if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
                 return 0, False
-    host = env != "1" and all(_host_ok(t) for t in tensors)
+    host = env != "1" and all(host_ok(t) for t in tensors)
     return 1, host
-
-
-def _host_ok(t: torch.Tensor) -> bool:
-    """Whether t's heads are blocks of one [rows, row stride] matrix: each head starts on a
-    row boundary plus a column offset, and its D columns end inside the row."""
-    B, H, S, D = t.shape
-    sb, sh, ss, _ = t.stride()
-    if ss < D:
-        return False
-    return (B == 1 or sb % ss == 0) and (H == 1 or sh % ss == 0 or (H - 1) * sh + D <= ss)
-
-
-def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def _empty_in_layout(t: torch.Tensor) -> torch.Tensor:
-    """An uninitialised tensor shaped like t, [B, S, H, D] in memory if t's heads are inner to
-    its sequence (a transposed view), else contiguous [B, H, S, D]."""
-    B, H, S, D = t.shape
-    if H > 1 and S > 1 and t.stride(1) < t.stride(2):
-        return torch.empty((B, S, H, D), dtype=t.dtype, device=t.device).transpose(1, 2)
-    return torch.empty((B, H, S, D), dtype=t.dtype, device=t.device)
 
 
 def _tf32_allowed() -> bool:
@@ -792,118 +749,12 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "tf32x3" if dtype == torch.float32 and not _tf32_allowed() else "tf32"
 
 
-def _bucket(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 16))
-
-
-# Forward plan: "auto" (on Hopper, the tuner times this file's kernel against each config of the
-# warp-specialised Gluon kernel in flash_hopper.py, for the calls that kernel covers, and keeps the
-# fastest per shape bucket), "triton" (this file's kernel only) or "gluon" (Gluon wherever it applies).
-# Pinned configs, DRILL_FLASH_TUNE=0 and the interpreter always run this file's kernel.
-FORWARD = os.environ.get("DRILL_FLASH_FWD", "auto")
-_FWD_PLAN: dict[tuple, dict | None] = {}  # shape bucket -> the Gluon config chosen, None for Triton
-PLAN_TIMES: dict[str, dict[str, float]] = {}  # "fwd-plan <bucket>" etc. -> each candidate's best median (ms)
-
-
-def _gluon_forward(q, k, v, causal: bool, sm_scale: float):
-    """flash_hopper's (o, lse) when the plan picks it for this call, else None."""
-    if FORWARD == "triton" or _interpreting() or not q.is_cuda:
-        return None
-    if FORWARD == "auto" and ("fwd" in FORCED_CONFIGS or os.environ.get("DRILL_FLASH_TUNE", "1") == "0"):
-        return None
-    from . import flash_hopper  # Gluon: imported only where it may run
-
-    if not flash_hopper.applicable(q, k, v, causal):
-        return None
-    if FORWARD == "gluon":
-        return flash_hopper.forward(q, k, v, causal, sm_scale)
-    B, H, SQ, D = q.shape
-    # One choice for both layouts: each kernel runs [B, S, H, D] views as fast as [B, H, S, D]
-    # (NOTES g4), so separate choices would only add the tuner's noise between them.
-    key = (D, causal, str(q.dtype), H // k.shape[1], _bucket(B * H), _bucket(SQ), _bucket(k.shape[2]))
-    if key not in _FWD_PLAN:
-        _FWD_PLAN[key] = _pick_forward(q, k, v, causal, sm_scale, flash_hopper, "fwd-plan " + " ".join(map(str, key)))
-    cfg = _FWD_PLAN[key]
-    return None if cfg is None else flash_hopper.forward(q, k, v, causal, sm_scale, cfg)
-
-
-def _fastest(runs: dict, label: str, rounds: int = 2):
-    """The key of the fastest of `runs` (key -> callable). Each is timed by do_bench (100 ms; with 50
-    the choice flipped between configs 2-3 % apart from run to run) in `rounds` interleaved rounds
-    and kept at its best, so one timing caught by a dip of the GPU's clock cannot decide: with a
-    single round the plan once took a forward config 10-20 % slower than the one beside it in every
-    other table of the same session (kernels/NOTES.md h5). Medians, the statistic Triton's autotuner
-    and our tables compare: the Triton kernel's mean can sit well under its median (0.681 against
-    0.724 ms at D = 64, 4k causal, NOTES h9), so by the mean a plan can take it over a config whose
-    median is faster. Every candidate's time goes to PLAN_TIMES[label], for the benchmark's report."""
-    best = dict.fromkeys(runs, float("inf"))
-    for _ in range(rounds):
-        for key, fn in runs.items():
-            best[key] = min(best[key], triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median"))
-    PLAN_TIMES[label] = {("triton" if key is None else f"gluon #{key}"): ms for key, ms in best.items()}
-    return min(best, key=best.get)
-
-
-def _pick_forward(q, k, v, causal, sm_scale, flash_hopper, label: str) -> dict | None:
-    """The faster of this file's tuned kernel and each Gluon config (_fastest); a Gluon config whose
-    output differs from this file's kernel's is never chosen."""
-    want = _triton_forward(q, k, v, causal, sm_scale)[0].float()  # also tunes this file's configs
-    runs = {None: lambda: _triton_forward(q, k, v, causal, sm_scale)}
-    cands = flash_hopper.CANDIDATES[q.shape[-1]]
-    rejected = []
-    for i, cfg in enumerate(cands):
-        try:
-            o = flash_hopper.forward(q, k, v, causal, sm_scale, cfg)[0]
-        except Exception:  # a config that does not compile or fit
-            rejected.append(i)
-            continue
-        if torch.allclose(o.float(), want, atol=2e-2, rtol=0):
-            runs[i] = lambda cfg=cfg: flash_hopper.forward(q, k, v, causal, sm_scale, cfg)
-        else:
-            rejected.append(i)
-    i = _fastest(runs, label)
-    PLAN_TIMES[label].update({f"gluon #{j}": math.inf for j in rejected})  # inf: failed or differed
-    return None if i is None else cands[i]
-
-
-_BWD_PLAN: dict[tuple, dict] = {}  # shape bucket -> {"kv": Gluon config or None for Triton, "q": ...}
-
-
-def _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq, dk, dv, lse2, delta, causal,
-                   sm_scale, label: str = "bwd-plan") -> dict:
-    """Per pass, the faster of this file's tuned kernel and each Gluon config (_fastest); a Gluon
-    config whose gradients differ from this file's kernel's is never chosen. Each pass writes only
-    its own outputs, so the two are timed apart."""
-    picks = {}
-    for name, run_triton, outs, cands, run_gluon in (
-            ("kv", triton_kv, (dk, dv), flash_hopper_bwd.CANDIDATES[q.shape[-1]],
-             lambda c: flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale, c)),
-            ("q", triton_q, (dq,), flash_hopper_bwd.Q_CANDIDATES[q.shape[-1]],
-             lambda c: flash_hopper_bwd.backward_q(q, k, v, do, dq, lse2, delta, causal, sm_scale, c))):
-        run_triton()  # also tunes this file's configs
-        want = [t.to(torch.float32, copy=True) for t in outs]  # the Gluon runs overwrite outs
-        runs = {None: run_triton}
-        for i, cfg in enumerate(cands):
-            try:
-                run_gluon(cfg)
-            except Exception:  # a config that does not compile or fit
-                continue
-            if all(torch.allclose(t.float(), w, atol=2e-2, rtol=2e-2) for t, w in zip(outs, want)):
-                runs[i] = lambda cfg=cfg: run_gluon(cfg)
-        i = _fastest(runs, label.replace("bwd-plan", f"bwd-plan {name}", 1))
-        picks[name] = None if i is None else cands[i]
-    return picks
-
-
-def _forward(q, k, v, causal: bool, sm_scale: float):
-    done = _gluon_forward(q, k, v, causal, sm_scale)
-    return done if done is not None else _triton_forward(q, k, v, causal, sm_scale)
-
-
-def _triton_forward(q, k, v, causal: bool, sm_scale: float):
+def forward(q, k, v, causal: bool, sm_scale: float):
+    """(o in q's layout, lse [B, H, Sq] float32, natural log) for q [B, H, Sq, D], k and v
+    [B, Hkv, Sk, D] whose last dimension is contiguous."""
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
-    o = _empty_in_layout(q)
+    o = empty_in_layout(q)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     mode, host = _tile_modes(q, k, v, o)
     if mode:
@@ -912,17 +763,19 @@ def _triton_forward(q, k, v, causal: bool, sm_scale: float):
             H, H // HKV, SQ, SK, sm_scale * LOG2E)
     const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
     grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
-    key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK))
+    key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, bucket(SQ), bucket(SK))
     tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M")])
     _launch("fwd", _fwd_kernel, grid_fn, args, const, key, tiles)
     return o, lse
 
 
-def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
-    B, H, SQ, D = q.shape
-    HKV, SK = k.shape[1], k.shape[2]
-    do = _last_dim_contiguous(do)
-    delta = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
+def backward_prep(o, do, lse, dlse):
+    """(do with a contiguous last dimension, delta, lse2): delta = rowsum(dO * O) - dlse and the
+    base-2 LSE (+inf for rows that saw no key), [B, H, Sq] float32 each. Every backward pass, this
+    file's or the Gluon one's, reads these two."""
+    B, H, SQ, D = o.shape
+    do = last_dim_contiguous(do)
+    delta = torch.empty((B, H, SQ), dtype=torch.float32, device=o.device)
     lse2 = torch.empty_like(delta)
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
@@ -931,144 +784,73 @@ def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
         (triton.cdiv(SQ, prep_block), B * H),
         o, do, lse, dlse if dlse is not None else lse, delta, lse2,
         *o.stride()[:3], *do.stride()[:3], H, SQ, D=D, BLOCK_M=prep_block, HAS_DLSE=dlse is not None)
+    return do, delta, lse2
 
-    dq, dk, dv = _empty_in_layout(q), _empty_in_layout(k), _empty_in_layout(v)
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
-    kv_grid = lambda m: (triton.cdiv(SK, m["BLOCK_N"]), B * HKV)  # noqa: E731  (key block fastest: see _bwd_kv_kernel)
 
-    @functools.cache
-    def triton_setup():
-        """(constexprs, tuning key, host descriptors allowed) of this file's kernels: checked only
-        when one of them runs, as the tensor checks cost host time (NOTES h4)."""
-        mode, host = _tile_modes(q, k, v, do, dq, dk, dv)
-        if mode:
-            triton.set_allocator(_alloc_scratch)
-        const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
-        return const, (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, _bucket(SQ), _bucket(SK)), host
+class BackwardPasses:
+    """This file's backward kernels for one call, writing dq, dk, dv in place (allocated by the
+    caller in the layouts of q, k, v): the dK/dV pass (`kv`), the dQ pass (`q`), or both in one
+    kernel (`one_pass`: dQ added in key-block order, or by atomic adds, not deterministic)."""
 
-    def kv_tiles(host):
+    def __init__(self, q, k, v, do, dq, dk, dv, lse2, delta, causal: bool, sm_scale: float):
+        self.t = (q, k, v, do, dq, dk, dv, lse2, delta)
+        self.causal, self.sm_scale = causal, sm_scale
+        B, H, SQ, D = q.shape
+        HKV, SK = k.shape[1], k.shape[2]
+        self.dims = (B, H, HKV, SQ, SK, D)
+        self.strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
+        self._setup = None
+
+    def setup(self):
+        """(constexprs, tuning key, host descriptors allowed): checked only when one of this file's
+        kernels runs, as the tensor checks cost host time."""
+        if self._setup is None:
+            q, k, v, do, dq, dk, dv, _, _ = self.t
+            B, H, HKV, SQ, SK, D = self.dims
+            mode, host = _tile_modes(q, k, v, do, dq, dk, dv)
+            if mode:
+                triton.set_allocator(_alloc_scratch)
+            const = dict(D=D, CAUSAL=self.causal, MODE=mode, PREC=_dot_precision(q.dtype))
+            key = (D, self.causal, str(q.dtype), const["PREC"], mode, host, H // HKV, bucket(SQ), bucket(SK))
+            self._setup = const, key, host
+        return self._setup
+
+    def _kv_grid(self, m):
+        B, H, HKV, SQ, SK, D = self.dims
+        return triton.cdiv(SK, m["BLOCK_N"]), B * HKV  # key block fastest: see _bwd_kv_kernel
+
+    def _kv_tiles(self, host):
+        B, H, HKV, SQ, SK, D = self.dims
         return host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "N"), (5, "N")]
 
-    def triton_kv():
-        const, key, host = triton_setup()
-        kv_args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
-                   H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
-        _launch("bwd_kv", _bwd_kv_kernel, kv_grid, kv_args, {**const, "DQ_MODE": 0}, key, kv_tiles(host))
+    def kv(self) -> None:
+        q, k, v, do, dq, dk, dv, lse2, delta = self.t
+        B, H, HKV, SQ, SK, D = self.dims
+        const, key, host = self.setup()
+        args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *self.strides, *dk.stride()[:3], *dv.stride()[:3],
+                H, HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E)
+        _launch("bwd_kv", _bwd_kv_kernel, self._kv_grid, args, {**const, "DQ_MODE": 0}, key, self._kv_tiles(host))
 
-    def triton_q():
-        const, key, host = triton_setup()
-        q_args = (q, k, v, do, dq, lse2, delta, *strides, *dq.stride()[:3],
-                  H, H // HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
-        q_tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
-        _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), q_args, const, key,
-                q_tiles)
+    def q(self) -> None:
+        q, k, v, do, dq, dk, dv, lse2, delta = self.t
+        B, H, HKV, SQ, SK, D = self.dims
+        const, key, host = self.setup()
+        args = (q, k, v, do, dq, lse2, delta, *self.strides, *dq.stride()[:3],
+                H, H // HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E)
+        tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
+        _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), args, const, key, tiles)
 
-    def split(plan: str = "split"):
-        """The two passes, each from this file's Triton kernel or flash_hopper_bwd's Gluon kernel:
-        "hopper" takes Gluon for both where it covers the call, "auto" the faster per pass and
-        shape bucket (_pick_backward); the sums run in the same fixed order either way."""
-        picks = {"kv": None, "q": None}
-        if plan != "split" and q.is_cuda and not _interpreting():
-            from . import flash_hopper_bwd  # Gluon: imported only where it may run
-
-            if flash_hopper_bwd.applicable(q, k, v, do, causal):
-                if plan == "hopper":
-                    picks = {"kv": FORCED_CONFIGS.get("bwd_kv_gluon") or flash_hopper_bwd.CANDIDATES[D][0],
-                             "q": FORCED_CONFIGS.get("bwd_q_gluon") or flash_hopper_bwd.Q_CANDIDATES[D][0]}
-                elif not FORCED_CONFIGS and os.environ.get("DRILL_FLASH_TUNE", "1") != "0":
-                    bucket = (D, causal, str(q.dtype), H // HKV, _bucket(B * H), _bucket(SQ), _bucket(SK))
-                    if bucket not in _BWD_PLAN:
-                        _BWD_PLAN[bucket] = _pick_backward(flash_hopper_bwd, triton_kv, triton_q, q, k, v, do, dq,
-                                                           dk, dv, lse2, delta, causal, sm_scale,
-                                                           "bwd-plan " + " ".join(map(str, bucket)))
-                    picks = _BWD_PLAN[bucket]
-        if picks["kv"]:
-            flash_hopper_bwd.backward_kv(q, k, v, do, dk, dv, lse2, delta, causal, sm_scale, picks["kv"])
-        else:
-            triton_kv()
-        if picks["q"]:
-            flash_hopper_bwd.backward_q(q, k, v, do, dq, lse2, delta, causal, sm_scale, picks["q"])
-        else:
-            triton_q()
-
-    def one_pass(atomic: bool):
+    def one_pass(self, atomic: bool) -> None:
+        q, k, v, do, dq, dk, dv, lse2, delta = self.t
+        B, H, HKV, SQ, SK, D = self.dims
         # ordered: key block 0 overwrites each tile, so no zero fill; atomic adds need zeros
         dq_acc = (torch.zeros if atomic else torch.empty)((B * H, SQ, D), dtype=torch.float32, device=q.device)
         counters = torch.zeros(B * H * triton.cdiv(SQ, 16), dtype=torch.int32, device=q.device)  # BLOCK_M >= 16
-        args = (q, k, v, do, dk, dv, dq_acc, counters, lse2, delta, *strides, *dk.stride()[:3], *dv.stride()[:3],
-                H, HKV, SQ, SK, sm_scale, sm_scale * LOG2E)
-        const, key, host = triton_setup()
-        _launch("bwd_atomic" if atomic else "bwd_onepass", _bwd_kv_kernel, kv_grid, args,
-                {**const, "DQ_MODE": 2 if atomic else 1}, key, kv_tiles(host))
+        args = (q, k, v, do, dk, dv, dq_acc, counters, lse2, delta, *self.strides, *dk.stride()[:3],
+                *dv.stride()[:3], H, HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E)
+        const, key, host = self.setup()
+        _launch("bwd_atomic" if atomic else "bwd_onepass", _bwd_kv_kernel, self._kv_grid, args,
+                {**const, "DQ_MODE": 2 if atomic else 1}, key, self._kv_tiles(host))
         block = 64 if not _interpreting() else 16
         _fast(_bwd_dq_convert_kernel)((triton.cdiv(SQ, block), B * H), dq_acc, dq, *dq.stride()[:3], H, SQ, SK,
-                                      sm_scale, D=D, BLOCK_M=block, CAUSAL=causal)
-
-    plans = {"auto": lambda: split("auto"), "split": split, "hopper": lambda: split("hopper"),
-             "onepass": lambda: one_pass(False), "atomic": lambda: one_pass(True)}
-    if BACKWARD not in plans:
-        raise ValueError(f"flash.BACKWARD = {BACKWARD!r}: expected one of {', '.join(plans)}")
-    plans[BACKWARD]()
-    return dq, dk, dv
-
-
-class _FlashAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = _forward(q, k, v, causal, sm_scale)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
-        return o, lse
-
-    @staticmethod
-    def backward(ctx, do, dlse):
-        q, k, v, o, lse = ctx.saved_tensors
-        if do is None:
-            do = torch.zeros_like(o)
-        dq, dk, dv = _backward(q, k, v, o, lse, do, dlse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
-
-
-def check_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float | None,
-                    name: str = "flash_attention") -> float:
-    """A clear ValueError for shapes, head dims, dtypes or a scale the kernels do not take; the
-    scale to use (1/sqrt(D) when None)."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"{name} expects q [B, H, S, D] and k, v [B, Hkv, S, D]")
-    B, H, SQ, D = q.shape
-    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or k.shape[1] == 0 or H % k.shape[1]:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-                         "(k and v must be [B, Hkv, Sk, D] with Hkv dividing H)")
-    if D not in (16, 32, 64, 128, 256):
-        raise ValueError(f"head dim {D} not supported (16, 32, 64, 128 or 256)")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError("q, k, v must share one dtype: float16, bfloat16 or float32")
-    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
-    if not sm_scale > 0:
-        raise ValueError("sm_scale must be positive")
-    return float(sm_scale)
-
-
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    sm_scale: float | None = None, return_lse: bool = False):
-    """softmax(q k^T * sm_scale [+ bottom-right causal mask]) v, fused; see the module docstring.
-
-    q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
-    head h // (H / Hkv)); any strides, e.g. [B, S, H, D] tensors passed as .transpose(1, 2).
-    fp16, bf16 or fp32 (fp32 in full precision unless PyTorch allows TF32 matmuls). Returns o
-    [B, H, Sq, D] in q's layout, or (o, lse) with lse [B, H, Sq] float32 natural-log
-    logsumexp of the scaled scores (-inf for rows that see no key). Differentiable in q, k,
-    v (dk and dv summed over each group), and through lse too (its gradient folds into delta).
-    """
-    sm_scale = check_arguments(q, k, v, sm_scale)
-    if _interpreting() and q.dtype == torch.bfloat16:
-        # Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns): run fp32,
-        # round the output as a bf16 kernel would; gradients flow back through the casts
-        o, lse = flash_attention(q.float(), k.float(), v.float(), causal, sm_scale, return_lse=True)
-        return (o.to(torch.bfloat16), lse) if return_lse else o.to(torch.bfloat16)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale))
-    else:  # no graph to record: skip autograd's bookkeeping (host time, NOTES h4)
-        o, lse = _forward(q, k, v, bool(causal), float(sm_scale))
-    return (o, lse) if return_lse else o
+                                      self.sm_scale, D=D, BLOCK_M=block, CAUSAL=self.causal)

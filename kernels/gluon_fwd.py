@@ -1,6 +1,6 @@
 """FlashAttention forward for Hopper in Gluon: a TMA producer warp and wgmma issued asynchronously.
 
-kernels/NOTES.md (v2, v5) found what holds the plain-Triton forward near 0.85× cuDNN at D = 128:
+kernels/NOTES.md found what holds the plain-Triton forward near 0.85× cuDNN at D = 128:
 the softmax of a score tile does not overlap the tensor cores' work, and plain Triton 3.6 can
 neither split the warps into roles nor keep a matmul in flight across the softmax. Gluon,
 Triton's lower-level language, can; this kernel does what FlashAttention-3 does (Shah et al.
@@ -19,26 +19,25 @@ Triton's lower-level language, can; this kernel does what FlashAttention-3 does 
   read from shared memory serves 192 query rows; no turns. 192 divides few sequence lengths, so
   one block of each head overlaps its neighbour (_first_row).
 - TRIM (causal). That overlap goes to the shortest tile, and each consumer partition stops at its
-  own diagonal instead of the tile's (kernels/NOTES.md h8: +9 % for the 192-row tiles at 4k).
+  own diagonal instead of the tile's (kernels/NOTES.md: +9 % for the 192-row tiles at 4k).
 - Persistent programs (PERSISTENT). One or two programs per SM loop over the tiles, so the
   producer loads the next tile while the consumers finish the current one; with two Q buffers
-  (Q_BUFFERS) the next tile's Q too (NOTES h12: +2 % on average, up to +10 %). Causal tiles come
+  (Q_BUFFERS) the next tile's Q too (kernels/NOTES.md: +2 % on average, up to +10 %). Causal tiles come
   from lists the host balanced (_schedule), so every program gets the same work. One-tile causal
   programs run longest first over groups of heads (_grouped), so the grid ends on short ones.
 
-- FP8 (forward_fp8, called by kernels/flash_fp8.py): the same kernel on e4m3 Q, K and V, V
+- FP8 (forward_fp8, on inputs fp8.prepare quantised): the same kernel on e4m3 Q, K and V, V
   transposed so both wgmma read K-major operands, the block scales folded into the score factor
-  and into P (NOTES h11).
+  and into P.
 
-Scope: bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or as [B, S, H, D] views
-(any layout whose heads are blocks of one [rows, sequence stride] matrix, as flash.py's MODE 2;
-k and v alike), k and v may have fewer heads (GQA), Sq and Sk multiples of 128, causal only
-with Sq = Sk. Everything else, the interpreter and other GPUs run kernels/flash.py, which also
-owns the backward (kernels/flash_hopper_bwd.py has its Gluon passes); `applicable` says which.
-The log-sum-exp is written in flash.py's format (natural log), so its backward works unchanged
-on this forward's output. flash.py's forward
-plan "auto" times this kernel's CANDIDATES against its own and keeps the faster per shape
-(kernels/NOTES.md g1-g4 has what each part bought on an H200).
+Scope (gluon_common.applicable): bf16/fp16, D = 64 or 128, q, k, v in the [B, H, S, D] layout or
+as [B, S, H, D] views (any layout whose heads are blocks of one [rows, sequence stride] matrix,
+as triton_fa2.py's MODE 2; k and v alike), k and v may have fewer heads (GQA), Sq and Sk
+multiples of 128, causal only with Sq = Sk. Everything else, the interpreter and other GPUs run
+triton_fa2.py. The log-sum-exp is written in triton_fa2.py's format (natural log), so either
+backward works unchanged on this forward's output. dispatch.py's forward plan "auto" times this
+kernel's CANDIDATES against the Triton kernel and keeps the faster per shape (kernels/NOTES.md
+has what each part bought on an H200).
 """
 
 from __future__ import annotations
@@ -51,15 +50,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .common import LOG2E, sm_count
 from .fastlaunch import FastLaunch
-
-# TMA copies under their Triton 3.6 names, or the names later Tritons gave them (3.9 removed the old)
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-
-LOG2E = 1.4426950408889634
+from .gluon_common import _descriptor, _origin, _tma_load, _tma_store
 
 
 def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=False):
@@ -70,8 +64,8 @@ def _cfg(block_m, block_n, stages, warps, maxnreg=None, parts=1, persistent=Fals
 # Per head dim, best first. num_warps are the consumers' (the producer warp comes on top); 8 warps
 # are two warpgroups sharing the BLOCK_M rows, 4 one warpgroup; PARTS=2 two consumer partitions of
 # 4 warps in ping-pong, PARTS=3 three of 64 rows without turns (the 192-row tiles: at D = 64 they
-# beat every 128-row config by 10-17 % without a mask, NOTES h7; their persistent version, with
-# TRIM, was the best at 4k, NOTES h8). maxnreg=128 caps a program at 32k registers, so that two
+# beat every 128-row config by 10-17 % without a mask, kernels/NOTES.md; their persistent version, with
+# TRIM, was the best at 4k, kernels/NOTES.md). maxnreg=128 caps a program at 32k registers, so that two
 # programs share an SM (and the scheduler overlaps one's softmax with the other's matmuls) where
 # their shared memory also fits twice. PERSISTENT: one program per SM (two with maxnreg=128) loops
 # over the tiles, so the producer loads the next tile's Q, K and V while the consumers finish the
@@ -85,7 +79,6 @@ CANDIDATES = {
     128: [_cfg(128, 128, 2, 4, parts=2), _cfg(128, 128, 3, 4, parts=2), _cfg(128, 64, 3, 4, parts=2, persistent=True),
           _cfg(128, 128, 2, 4, parts=2, persistent=True), _cfg(64, 64, 2, 4, 128), _cfg(128, 128, 2, 8)],
 }
-TILE = 128  # Sq and Sk are multiples of it: every BLOCK_N divides it, every BLOCK_M but 192 (see _first_row)
 
 
 @gluon.jit
@@ -103,10 +96,10 @@ def _tile_count(num_tiles, SCHED, SCHEDULED: gl.constexpr):
 def _grouped(t, n, heads, group):
     """The t-th causal program's block rank (0: the block with the most work) and head, when each
     head has n blocks and programs go longest first over groups of `group` heads: every head's
-    rank-0 block of a group, then every head's rank-1 block, and so on (kernels/NOTES.md h1).
+    rank-0 block of a group, then every head's rank-1 block, and so on (kernels/NOTES.md).
     Head by head (group = 1) the last heads' longest blocks start in the last wave and run on
     alone; a group whose work fills the GPU twice over ends on short blocks instead, and a few
-    heads at a time still share L2 (all heads at once lost to L2 misses, NOTES v8). When group
+    heads at a time still share L2 (all heads at once lost to L2 misses, kernels/NOTES.md). When group
     does not divide heads the smaller group goes first, so the grid ends on a full one."""
     rem = heads % group
     if t < rem * n:
@@ -125,8 +118,8 @@ def _tile(k, n_m, heads, group, SCHED, CAUSAL: gl.constexpr, SCHEDULED: gl.const
     SCHEDULED (persistent programs, causal): the k-th entry of this program's list in SCHED, which
     the host balanced (_schedule). Otherwise program p takes every P-th tile from p on, in the
     order a (n_m, B·H) grid runs them: query blocks fastest, so the tiles running at once share a
-    head's K and V in L2 (without a mask, groups of heads gained nothing in either layout, NOTES
-    h8); causal ones longest first over groups of heads (_grouped)."""
+    head's K and V in L2 (without a mask, groups of heads gained nothing in either layout,
+    kernels/NOTES.md); causal ones longest first over groups of heads (_grouped)."""
     P = gl.num_programs(0)
     pid = gl.program_id(0)
     if SCHEDULED:
@@ -142,22 +135,13 @@ def _tile(k, n_m, heads, group, SCHED, CAUSAL: gl.constexpr, SCHEDULED: gl.const
 
 
 @gluon.jit
-def _origin(b, h, sb, sh, ss):
-    """Head (b, h) in a tensor seen as one [rows, ss] matrix (ss: the sequence stride): its first
-    row and its column, as flash.py's MODE 2 does. [B, H, S, D] gives rows (b·H + h)·S, column 0;
-    [B, S, H, D] rows b·S, column h·D."""
-    off = b * sb + h * sh
-    return off // ss, off % ss
-
-
-@gluon.jit
 def _first_row(start_m, n_m, SQ, BLOCK_M: gl.constexpr, TRIM: gl.constexpr):
     """The first query row of block start_m within its head. When BLOCK_M does not divide SQ (the
     192-row tiles), one block overlaps its neighbour: the rows both compute come out bitwise the
     same (the same keys in the same order; a key block masked out for a row adds exact zeros), so
     writing them twice is harmless. TRIM: the blocks are laid from the head's last row down and
     block 0 overlaps block 1, so a causal grid recomputes rows of its shortest tile, not of its
-    longest (6 % of the work at 4k, kernels/NOTES.md h8). Otherwise the last block overlaps."""
+    longest (6 % of the work at 4k, kernels/NOTES.md). Otherwise the last block overlaps."""
     if TRIM:
         return gl.maximum(SQ - (n_m - start_m) * BLOCK_M, 0)
     else:
@@ -313,7 +297,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
         n_blocks = _key_blocks(m0, SK, BLOCK_M, BLOCK_N, CAUSAL)  # what the producer loads for the tile
         row0 = m0 + PART * BM  # first query row of this partition, within the head
         # TRIM: a causal partition stops at its own diagonal; the tile's later blocks are wholly
-        # masked for its rows (exact no-ops), and the first partition always has one (NOTES h8)
+        # masked for its rows (exact no-ops), and the first partition always has one (kernels/NOTES.md)
         mine = _key_blocks(row0, SK, BM, BLOCK_N, CAUSAL) if TRIM else n_blocks
         n_full = row0 // BLOCK_N if CAUSAL else n_blocks  # blocks every row here sees in full
         m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -457,60 +441,10 @@ def _fwd_kernel(q_desc, k_desc, v_desc, o_desc, LSE, QS, KS, VC, VOUT, NQB, NKB,
 # --------------------------------------------------------------------------- host
 
 
-def layout_key(*tensors: torch.Tensor) -> tuple:
-    """All that `applicable` reads of the tensors: shape, strides, dtype, device, 16-byte
-    alignment and whether the storage is under 2 GiB (int32 offsets)."""
-    return tuple((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15, t.untyped_storage().nbytes() < 2**31)
-                 for t in tensors)
-
-
-_APPLICABLE: dict[tuple, bool] = {}
-
-
-def applicable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
-    """Whether this kernel covers the call (module docstring: scope); remembered per layout_key,
-    since the checks cost ~10 µs of host time a call."""
-    key = (layout_key(q, k, v), causal)
-    ok = _APPLICABLE.get(key)
-    if ok is None:
-        if len(_APPLICABLE) > 4096:
-            _APPLICABLE.clear()
-        ok = _APPLICABLE[key] = bool(q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9
-                                     and shapes_supported(q, k, v, causal))
-    return ok
-
-
-def shapes_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
-    """The device-independent half of `applicable`: dtypes, sizes and memory layouts."""
-    from .flash import _host_ok
-
-    if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
-        return False
-    B, H, SQ, D = q.shape
-    SK = k.shape[2]
-    if D not in CANDIDATES or SQ % TILE or SK % TILE or (causal and SQ != SK) or k.stride() != v.stride():
-        return False
-    # o is written in q's layout, so q must be one an output can have: [B, H, S, D] or a
-    # [B, S, H, D] view (a slice of packed qkv is neither; flash.py reads those in place)
-    if not (q.is_contiguous() or q.transpose(1, 2).is_contiguous()):
-        return False
-    for t in (q, k, v):  # TMA: 16-byte aligned base and strides; int32 offsets in the kernel
-        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
-            return False
-        if not _host_ok(t) or t.untyped_storage().nbytes() >= 2**31:
-            return False
-    return True
-
-
 GROUP_HEADS = True  # causal programs longest first over groups of heads (_grouped); the benchmark compares
-TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, NOTES h8)
-Q_BUFFERS = 2  # programs with several tiles: the next tile's Q loads while this one runs (NOTES h12)
+TRIM = True  # causal: overlap at the short end, each partition stops at its diagonal (_first_row, kernels/NOTES.md)
+Q_BUFFERS = 2  # programs with several tiles: the next tile's Q loads while this one runs (kernels/NOTES.md)
 L2_SHARE = 24 * 2**20  # bytes one group of heads may stream through L2 at once (an H200 has 50 MB)
-
-
-@functools.lru_cache(maxsize=None)
-def sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def causal_group(n: int, heads: int, slots: int, head_bytes: int) -> int:
@@ -535,7 +469,7 @@ def _schedule(n_m: int, heads: int, programs: int, group: int, sq: int, bm: int,
     Tiles go longest first over groups of heads (so a few heads share L2 at a time, as _grouped),
     each to the program with the least work so far, counted in key blocks plus one for the tile's
     prologue (list scheduling). Dealing them round-robin, even in pairs of one long and one short
-    tile, left 3-9 % of the GPU idle at the end (simulated: kernels/NOTES.md h13); lists end
+    tile, left 3-9 % of the GPU idle at the end (simulated: kernels/NOTES.md); lists end
     within 2 % of even when a group holds twice the longest tile's work per program
     (causal_group with twice the programs, as _launch calls it).
     balanced=False (BALANCED, for the benchmark to compare) deals the previous kernel's pairs
@@ -563,27 +497,7 @@ def _schedule(n_m: int, heads: int, programs: int, group: int, sq: int, bm: int,
     return torch.tensor(table, dtype=torch.int32).flatten().to(device)
 
 
-_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}
-
-
-@functools.lru_cache(maxsize=None)
-def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
-    # cached: building it takes longer than the rest of a descriptor (host time per call matters
-    # at S = 1k, where a forward is ~0.2 ms of GPU work)
-    return gl.NVMMASharedLayout.get_default_for([rows, cols], _GL_DTYPES[dtype])
-
-
-def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
-    """t [B, H, S, X]'s memory as one [rows, S stride] matrix (see _origin), read or written `rows`
-    rows and `cols` (default X) columns at a time."""
-    B, H, S, X = t.shape
-    sb, sh, ss, _ = t.stride()
-    n = ((B - 1) * sb + (H - 1) * sh) // ss + S
-    cols = cols or X
-    return TensorDescriptor(t, [n, ss], [ss, 1], [rows, cols], _smem_layout(rows, cols, t.dtype))
-
-
-_launch_fwd = FastLaunch(_fwd_kernel)  # skips Triton's binder on repeated calls (host time, NOTES h4)
+_launch_fwd = FastLaunch(_fwd_kernel)  # skips Triton's binder on repeated calls (host time, kernels/NOTES.md)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
@@ -595,7 +509,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
 
 
 def forward_fp8(q8, k8, vt8, scales: tuple, causal: bool, sm_scale: float, cfg: dict, out_dtype: torch.dtype):
-    """The FP8 forward (kernels/flash_fp8.py prepares its inputs): q8 [B, H, Sq, D] and k8 [B, Hkv,
+    """The FP8 forward (fp8.prepare quantises its inputs): q8 [B, H, Sq, D] and k8 [B, Hkv,
     Sk, D] contiguous e4m3, vt8 V transposed [B, Hkv, D, Sk]; scales (QS [B, H, Sq / rows], KS [B,
     Hkv, Sk / BLOCK_N], VC as KS, VOUT [B, Hkv]) as _consumer reads them, rows being BLOCK_M / PARTS.
     Shapes as `shapes_supported`. Returns (o in out_dtype, lse)."""

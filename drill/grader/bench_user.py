@@ -1,7 +1,7 @@
 """The user's flash_attention for `drill bench --kernel FILE`, timed through the grader's sandbox.
 
 The user's file is never imported into drill's own processes. As with `drill check`, the
-caller starts a trusted process (`main` below, `python -I -m drill.kernels.bench_user`),
+caller starts a trusted process (`main` below, `python -I -m drill.grader.bench_user`),
 which starts a sandboxed subject (drill/grader/proxy.py) on a copy of the file and times
 it the way exercise 07's speed check does (_triton_forward_support.time_seeded): the
 median wall-clock round trip of calls whose q, k, v are drawn inside the subject from
@@ -12,6 +12,7 @@ calibrated transfer). Forward only: the backward is not timed.
 The file defines flash_attention(q, k, v, causal, sm_scale) and is called positionally,
 q, k, v as [B, H, S, D] tensors on the device.
 
+  time_user(file, table_kw)       the figures for `drill bench --kernel`: the table's forward sizes
   time_user_kernel(file, cases)   the caller's side: one result per case, by (d, s, causal)
   main()                          the trusted process: JSON job on stdin, JSON lines out
 """
@@ -51,6 +52,17 @@ def case_key(case: dict) -> tuple:
 # --------------------------------------------------------------------------- the caller's side
 
 
+def time_user(path, table_kw: dict, log: Callable[[str], None] = print) -> dict:
+    """The user's kernel timed in the sandbox at the forward sizes of the benchmark's table
+    (drill.kernels.benchmarks.training.bench_table(**table_kw))."""
+    from drill.kernels.benchmarks.training import bench_cases
+
+    sizes = {k: table_kw[k] for k in ("ds", "seqs", "tokens", "causals") if k in table_kw}
+    log("yours: timed first, forward only, in the grader's sandboxed process (round trip minus calibrated transfer)")
+    return time_user_kernel(path, bench_cases(**sizes), dtype=table_kw.get("dtype", "bfloat16"), log=log)
+
+
+
 def time_user_kernel(path, cases: list[dict], *, dtype: str = "bfloat16", device: str = "cuda",
                      calls: int = CALLS, log: Callable[[str], None] = print) -> dict[tuple, dict]:
     """Time the file's flash_attention at each case ({"d", "s", "b", "h", "causal"}) in a sandboxed subject.
@@ -77,7 +89,7 @@ def time_user_kernel(path, cases: list[dict], *, dtype: str = "bfloat16", device
                "env": runner.triton_subject_env(), "cases": cases, "dtype": dtype, "device": device,
                "calls": calls}
         with open(Path(tmp) / "bench-stderr.txt", "w+b") as stderr:
-            proc = runner.start_trusted("drill.kernels.bench_user", job, cwd=Path(tmp), stderr=stderr)
+            proc = runner.start_trusted("drill.grader.bench_user", job, cwd=Path(tmp), stderr=stderr)
             try:
                 events, timed_out = runner.read_events(proc, limit_s, on_event=lambda e: _progress(e, log))
             finally:

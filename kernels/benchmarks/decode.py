@@ -5,7 +5,7 @@ H200 decode anchors in FLASHATTENTION-FACTS.md. Decode is bound by HBM bandwidth
 figure is TB/s of K and V read (2·B·Hkv·S·D·2 bytes over the median time), set against the
 datasheet's 4.8 TB/s and the copy bandwidth measured in the same run.
 
-    python -m drill.kernels.decode_bench [--quick] [--no-flex]     # writes $OUT/decode.md
+    python -m drill.kernels.benchmarks.decode [--quick] [--no-flex]     # writes $OUT/decode.md
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def launch_us() -> dict:
     import torch
     import triton
 
-    from drill.kernels.bench import host_us
+    from drill.kernels.benchmarks.common import host_us
 
     @triton.jit
     def one(X):
@@ -147,7 +147,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
     import torch
 
     from drill.kernels import decode
-    from drill.kernels.bench import graph_ms, host_us
+    from drill.kernels.benchmarks.common import graph_ms, host_us
 
     impls = _implementations(no_flex)
     flex_spent = 0.0
@@ -184,7 +184,7 @@ def bench(shapes=SHAPES, heads=HEADS, no_flex=False, flex_budget_s=150.0, log=pr
                     row[f"{name}_graph_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
             # The roofline at this size: a device copy moving as many bytes (read K, write K), replayed
             # from a graph like the rows above; launch and tail effects cap any kernel at small sizes.
-            # The better of a memcpy (replayed from a graph, ≥ 0.5 GB copies ran at 2.7 TB/s: NOTES d4)
+            # The better of a memcpy (replayed from a graph, ≥ 0.5 GB copies ran at 2.7 TB/s: kernels/NOTES.md)
             # and an elementwise kernel.
             dst = torch.empty_like(case["k"])
             copies = (lambda d=dst, k=case["k"]: d.copy_(k), lambda d=dst, k=case["k"]: torch.mul(k, 1, out=d))
