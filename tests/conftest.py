@@ -33,18 +33,3 @@ def drill_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     home = tmp_path_factory.mktemp("drill-home")
     monkeypatch.setenv("DRILL_HOME", str(home))
     return home
-
-
-@pytest.fixture(autouse=True)
-def _escapee_name_per_worker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """Parallel workers (pytest-xdist) each get their own name for an attack's escaped processes.
-
-    The red-team tests name every process an attack starts after the module's MARKER and, after
-    grading, look for survivors of that name anywhere on the machine: with two workers, one
-    worker's attack still being graded would count as the other's survivor. A name per worker
-    (at most 15 characters, the kernel's limit for a process name) keeps each search to its own."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    module = getattr(request, "module", None)
-    marker = getattr(module, "MARKER", None)
-    if worker and marker == "drill-escapee":
-        monkeypatch.setattr(module, "MARKER", f"drill-escapee{worker.removeprefix('gw')}"[:15])

@@ -164,9 +164,14 @@ def test_generic_attack_never_passes(template, ex, tmp_path, listener):
     _graded_without_trace(template, ex, tmp_path, listener)
 
 
+# The generic attacks against the torch exercises take 15-30 s each on a CPU: a default run grades
+# a rotating third of them per exercise; DRILL_FULL_MATRIX=1 (as .ci/run sets) grades them all.
+TORCH_MATRIX = [(t, ex) for i, ex in enumerate(TORCH_EXERCISES) for j, t in enumerate(GENERIC)
+                if os.environ.get("DRILL_FULL_MATRIX") or (i + j) % 3 == 0]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("ex", TORCH_EXERCISES, ids=lambda ex: ex.id)
-@pytest.mark.parametrize("template", GENERIC, ids=lambda p: p.stem)
+@pytest.mark.parametrize("template, ex", TORCH_MATRIX, ids=[f"{t.stem}-{ex.id}" for t, ex in TORCH_MATRIX])
 def test_generic_attack_never_passes_torch_exercises(template, ex, tmp_path, listener):
     _graded_without_trace(template, ex, tmp_path, listener)
 
