@@ -100,16 +100,20 @@ def _ioctl(s, request: int, data: bytes) -> bytes:
     return fcntl.ioctl(s.fileno(), request, data)
 
 
-def enter(shm_bytes: int, loopback: bool) -> None:
+def enter(shm_bytes: int, loopback: bool, pid: bool = True) -> None:
     """In a child before exec: enter the namespaces; returns in the subject (PID 1 inside).
 
-    The calling process becomes the relay and never returns. Raises OSError if a step fails,
-    which makes the subject fail to start rather than run with less containment than reported.
+    With pid, the calling process becomes the relay and never returns. pid=False leaves the
+    PID namespace out: the NVIDIA driver fails to start CUDA inside one (error 304, measured
+    on an H200). Raises OSError if a step fails, which makes the subject fail to start rather
+    than run with less containment than reported.
     """
-    _unshare(FLAGS)
+    _unshare(FLAGS if pid else FLAGS & ~CLONE_NEWPID)
     _private_mounts(shm_bytes)
     if loopback:
         _loopback_up()
+    if not pid:
+        return
     child = os.fork()
     if child == 0:
         _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the relay died: end the namespace

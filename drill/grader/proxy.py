@@ -101,6 +101,7 @@ class Subject:
         self.scratch = self.scratch_root / f"subject-{self._count}"
         self.scratch.mkdir(parents=True)
         for source in [HERE / "subject.py", HERE / "protocol.py", HERE / "recording.py", HERE / "usertrace.py",
+                       HERE / "seccomp.py",
                        *self.helpers]:
             shutil.copyfile(source, self.scratch / source.name)
         target = self.scratch / self.user_file.name
@@ -110,7 +111,8 @@ class Subject:
         res_r, res_w = os.pipe()
         self.calls = 0
         self.contained = sandbox.Contained.start(
-            self.scratch / "subject.py", [str(target), ",".join(self.functions), str(req_r), str(res_w)],
+            self.scratch / "subject.py",
+            [str(target), ",".join(self.functions), str(req_r), str(res_w), "cuda" if self.cuda else "cpu"],
             scratch=self.scratch, hidden=self.hidden, memory_mb=self.memory_mb,
             name=f"drill-{os.getpid()}-{self._count}", cap_address_space=self.cap_address_space, env=self.env,
             stdout=self.output, output_limit=OUTPUT_LIMIT_BYTES, pass_fds=(req_r, res_w),

@@ -76,18 +76,21 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def layers() -> dict[str, str]:
+def layers(cuda: bool = False) -> dict[str, str]:
     """Each containment layer on this machine: 'held (how)', or 'not held: why'."""
     abi = landlock_abi()
     isolation = namespaces.probe()
     found = {
         "files": f"held (Landlock ABI {abi})" if abi >= 1 else "not held: this kernel has no Landlock",
-        "sockets": "held (seccomp: no new socket)" if seccomp.available() else "not held: no seccomp filter here",
+        "sockets": ("not held: no seccomp filter here" if not seccomp.available() else
+                    "held (seccomp: no new socket once CUDA has started)" if cuda else
+                    "held (seccomp: no new socket)"),
         "network": "held (a network namespace of its own)" if not isolation else f"not held: {isolation}",
         "shared memory": ("held (a private /dev/shm and IPC namespace)" if not isolation else
                           "held (/dev/shm not writable)" if abi >= 1 else "not held: /dev/shm is shared"),
-        "processes": ("held (a PID namespace, and a memory cgroup or subreaper sweep)" if not isolation else
-                      "held in part (subreaper sweep and memory cgroup; no PID namespace)"),
+        "processes": ("held (a PID namespace, and a memory cgroup or subreaper sweep)" if not isolation and not cuda
+                      else "held in part (subreaper sweep and memory cgroup; no PID namespace"
+                      + (", which CUDA refuses)" if cuda else ")")),
         "user": ("held (not root)" if os.geteuid() != 0 else
                  "held in part (root without capabilities; root-only files are not readable)"),
     }
@@ -297,11 +300,13 @@ def preexec(memory_mb: int, output_limit: int, paths: tuple[list[str], list[str]
         resource.setrlimit(resource.RLIMIT_FSIZE, (output_limit, output_limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if isolate:
-            namespaces.enter(shm_bytes, loopback)
+            namespaces.enter(shm_bytes, loopback, pid=not cuda)
         if paths is not None:
             _apply_landlock(paths, own_proc=cuda)
         _drop_capabilities()
-        if not sockets and seccomp.available():
+        # CUDA opens sockets while it starts (error 304 without them, measured on an H200): a CUDA
+        # subject applies the filter itself once CUDA is up, before the user's file is loaded.
+        if not sockets and not cuda and seccomp.available():
             seccomp.deny_new_sockets()
 
     return apply
@@ -368,7 +373,7 @@ class Contained:
         )
         # Popen returns once the exec-error pipe is closed everywhere: the relay closed it at once,
         # its child when it exec'd; so the subject is running (or gone) by now.
-        pid = next(iter(descendants(proc.pid)), proc.pid) if isolate else proc.pid
+        pid = next(iter(descendants(proc.pid)), proc.pid) if isolate and not cuda else proc.pid
         return cls(proc, group, scratch, pid)
 
     def tree_bytes(self) -> int:

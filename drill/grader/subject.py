@@ -5,7 +5,7 @@ recording.py and usertrace.py sit beside the copy of the user's file), inside th
 It never imports pytest, the hidden checks or anything that decides a verdict: it only
 answers calls. Whatever it says is treated as the user's own words by the trusted side.
 
-usage: python subject.py USER_FILE FUNCTIONS REQUEST_FD RESPONSE_FD
+usage: python subject.py USER_FILE FUNCTIONS REQUEST_FD RESPONSE_FD [cuda|cpu]
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from usertrace import user_frames, user_line  # the copy beside this script
 
 
 def main(argv: list[str]) -> None:
-    user_file, functions, request_fd, response_fd = argv
+    user_file, functions, request_fd, response_fd = argv[:4]
     # The scratch folder is first on sys.path (the script's folder): the user's file can
     # import nothing of drill's from there, and a scratch random.py would shadow the
     # standard library for numpy, so keep it last.
     here = sys.path.pop(0)
     sys.path.append(here)
+    if argv[4:] == ["cuda"]:  # after the line above: a user file named torch.py shadows nothing
+        _start_cuda_then_close_sockets()
 
     import numpy as np
 
@@ -54,6 +56,19 @@ def main(argv: list[str]) -> None:
             return
         reply, value = _call(np, module, user_file, header, payload)
         protocol.send(responses, reply, value)
+
+
+def _start_cuda_then_close_sockets() -> None:
+    """CUDA opens sockets while it starts, so the sandbox could not refuse them before exec: start it
+    here, before the user's file exists in this process, then refuse every new socket."""
+    import seccomp  # the copy beside this script
+
+    import torch
+
+    torch.cuda.init()
+    torch.ones(1, device="cuda").sum().item()  # the context and the allocator, made now
+    if seccomp.available():
+        seccomp.deny_new_sockets()
 
 
 def _load(user_file: str, functions: list[str]):

@@ -60,7 +60,7 @@ def grade(job: dict, emit) -> int:
         os._exit(3)
 
     signal.signal(signal.SIGTERM, stop)
-    found = sandbox.layers()
+    found = sandbox.layers(cuda=bool(job.get("cuda")))
     emit(event="start", sandbox=sandbox.level(found), layers=found)
     subject.start(wait=False)
 

@@ -334,6 +334,7 @@ def test_speed(sub, mode):
         note("graded under the Triton interpreter on small fp32 shapes: correctness only")
         pytest.skip("speed not measured: no CUDA GPU here; the Triton interpreter checks correctness only")
     from drill.kernels import decode as reference_module
+    from drill.kernels import flash_decode as reference_decode
 
     from . import _decode_probe as probe
 
@@ -369,7 +370,7 @@ def test_speed(sub, mode):
                     fail(f"{what} must return a {SPEED_DTYPE} tensor o [B, Hq, D] on the GPU", called=what,
                          got=f"{seen.get('type')} {seen.get('dtype', '')} {seen.get('shape', '')}".strip())
                 q = probe.draw_q(spec, seed, "cuda")
-                want = reference_module.flash_decode(q, k, v, seq_lens).double().cpu().numpy()
+                want = reference_decode(q, k, v, seq_lens).double().cpu().numpy()
                 mine = torch.from_numpy(got).view(getattr(torch, SPEED_DTYPE)).double().numpy()
                 close(mine, want, what, atol=2e-2 * float(np.abs(want).max()), what="o")
 
@@ -379,7 +380,7 @@ def test_speed(sub, mode):
             transfer = _round_trips(calibration, spec, seeds[1:])
             calibration._subject.close()
             q = probe.draw_q(spec, seeds[0], "cuda")
-            reference_ms = _median_ms(lambda q=q, k=k, v=v: reference_module.flash_decode(q, k, v, seq_lens))
+            reference_ms = _median_ms(lambda q=q, k=k, v=v: reference_decode(q, k, v, seq_lens))
             _round_trips(sub, spec, seeds[:1], check)  # starts your file again: import, compile, K/V drawn
             round_trip = _round_trips(sub, spec, seeds[1:], check)
             kv_gb = 2 * B * Hkv * S * SPEED_D * 2 / 1e9

@@ -1,7 +1,7 @@
 # drill: flashattention/triton-forward
 # planted: keys past S are loaded as zeros but keep score 0 instead of -inf
 # expect-fail: Ragged S
-# expect-fail-gpu: Low precision
+# expect-fail-gpu: Ragged S
 """A FlashAttention forward kernel in Triton: reference solution (clarity first).
 
 One program per (block of BLOCK_M queries, batch*head). The program keeps its Q block, the
