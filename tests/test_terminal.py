@@ -152,11 +152,11 @@ def test_watch_keys_act_without_enter(term, tmp_path):
         store.set_workspace("flashattention", ws)
         store.set_setting("topic", "flashattention")
     t = term("watch", str(ws / FIRST))
-    screen = t.wait_for("0 of 13 checks passed")
+    screen = t.wait_for("0 of 14 checks passed")
     assert "q: quit" in screen and "then Enter" not in screen
     time.sleep(0.5)  # let the watcher settle before the save
     shutil.copy(paths.solutions_root() / "flashattention" / FIRST, ws / FIRST)
-    screen = t.wait_for("all 13 checks passed")
+    screen = t.wait_for("all 14 checks passed")
     assert "Press n to watch it" in screen
     t.type("n")  # no Enter
     t.wait_for("flashattention/tiling-shapes")

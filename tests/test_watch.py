@@ -51,7 +51,7 @@ def watch(*args: str):
 def test_once_on_a_stub_reports_the_failures(workspace):
     result = watch(str(workspace / FIRST), "--once")
     assert result.exit_code == 1, result.output
-    assert "0 of 13 checks passed" in result.output
+    assert "0 of 14 checks passed" in result.output
     assert "drill hint online-softmax" in result.output
 
 
@@ -59,7 +59,7 @@ def test_once_on_a_passing_file_offers_the_next_exercise(workspace):
     shutil.copy(solution(FIRST), workspace / FIRST)
     result = watch(str(workspace / FIRST), "--once")
     assert result.exit_code == 0, result.output
-    assert "all 13 checks passed" in result.output
+    assert "all 14 checks passed" in result.output
     assert f"Next: {SECOND}" in result.output
 
 
@@ -159,12 +159,12 @@ def test_real_loop_rechecks_on_save_and_quits_on_q(tmp_path):
     path = tmp_path / FIRST
     shutil.copy(stub(FIRST), path)
     session = Session(path)
-    session.wait_for("0 of 13 checks passed")
+    session.wait_for("0 of 14 checks passed")
     time.sleep(0.5)  # let the watcher settle before the save
     shutil.copy(solution(FIRST), path)
-    session.wait_for("all 13 checks passed")
+    session.wait_for("all 14 checks passed")
     session.send("\n")  # Enter re-runs by hand
-    session.wait_for("all 13 checks passed", count=2)
+    session.wait_for("all 14 checks passed", count=2)
     session.send("q\n")
     session.proc.wait(timeout=15)
     assert session.proc.returncode == 0
@@ -175,7 +175,7 @@ def test_real_loop_stops_cleanly_on_ctrl_c(tmp_path):
     path = tmp_path / FIRST
     shutil.copy(stub(FIRST), path)
     session = Session(path)
-    session.wait_for("0 of 13 checks passed")
+    session.wait_for("0 of 14 checks passed")
     session.proc.send_signal(signal.SIGINT)
     session.proc.wait(timeout=15)
     session.wait_for("stopped watching")

@@ -29,7 +29,7 @@ from drill.visual import check_bytes
 HBM_BYTES_PER_S = 4.8e12  # datasheet HBM3e bandwidth
 PEAK_FLOPS_PER_S = 989e12  # datasheet dense BF16 Tensor Core peak (as the H100 SXM)
 MEASURED_ATTENTION_FLOPS_PER_S = 610e12  # SDPA cuDNN, d = 128, 16k tokens, no mask, forward
-MEASURED_IN = "BENCHMARKS.md 'Reference kernel vs SDPA (H200)'"
+MEASURED_IN = "BENCHMARKS.md 'Training attention (NVIDIA H200)'"
 L2_BYTES = 50e6  # H100 SXM and H200
 SMEM_BYTES = 228 * 1024  # shared memory per SM, H100/H200
 MAX_S = 1 << 22

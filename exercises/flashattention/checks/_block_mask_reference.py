@@ -68,5 +68,7 @@ def packed(lengths, *, rng=None, shuffle_ids=False) -> np.ndarray:
     """Document ids of a packed sequence: document k repeated lengths[k] times."""
     ids = np.arange(len(lengths))
     if shuffle_ids and rng is not None:
-        ids = rng.permutation(len(lengths)) * 7 + 3  # ids need not be 0, 1, 2, ... nor sorted
+        # ids need not be 0, 1, 2, ... nor sorted: random labels, in falling order so that code
+        # assuming sorted ids fails on every run (a random permutation is sometimes sorted)
+        ids = np.sort(rng.choice(1000, size=len(lengths), replace=False))[::-1] * 7 + 3
     return np.repeat(ids, lengths).astype(np.int64)
