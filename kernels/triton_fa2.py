@@ -641,14 +641,32 @@ def _launch(kind: str, kernel, grid_fn, args: tuple, const: dict, key: tuple, ti
     if kind in FORCED_CONFIGS or _interpreting():
         _run(kernel, grid_fn, args, const, cfg, tiles)
         return
-    # the default may not fit (fp32 tiles need twice the shared memory): fall back in order
-    for i, c in enumerate([cfg] + _candidates(kind, const["D"])):
+    # A config chosen for the bucket may not fit this call (fp32 tiles need twice the shared
+    # memory) or not compile for its integer specialisation (Triton 3.6's pipeliner fails on some
+    # single-query-row launches): fall back in order, last to the same tiles unpipelined.
+    fallbacks = [cfg] + _fallbacks(kind, const["D"])
+    for i, c in enumerate(fallbacks):
         try:
             _run(kernel, grid_fn, args, const, c, tiles)
             return
-        except triton.runtime.errors.OutOfResources:
-            if i == len(_candidates(kind, const["D"])):
+        except Exception as exc:  # noqa: BLE001 - only compile failures are retried
+            if not _did_not_compile(exc) or i == len(fallbacks) - 1:
                 raise
+
+
+def _fallbacks(kind: str, d: int) -> list[dict]:
+    """The candidates, then each without software pipelining (num_stages=1): what still compiles
+    when the pipeliner does not."""
+    cands = _candidates(kind, d)
+    return cands + [dict(c, num_stages=1) for c in cands]
+
+
+def _did_not_compile(exc: Exception) -> bool:
+    """Whether exc is a kernel that could not be built for this launch (too much shared memory or
+    registers, or an MLIR pass that failed), as opposed to an error of the call itself."""
+    if isinstance(exc, (triton.runtime.errors.OutOfResources, triton.compiler.errors.CompilationError)):
+        return True
+    return isinstance(exc, RuntimeError) and "PassManager::run failed" in str(exc)
 
 
 def _host_descriptor(t: torch.Tensor, block: int) -> TensorDescriptor:
@@ -690,7 +708,9 @@ def _fast(kernel) -> FastLaunch:
 
 def _tune(kind, kernel, grid_fn, args, const, tiles) -> dict:
     best, best_ms = None, float("inf")
-    for cfg in _candidates(kind, const["D"]):
+    for cfg in _fallbacks(kind, const["D"]):
+        if best is not None and cfg["num_stages"] == 1:
+            break  # the unpipelined configs are only a last resort
         try:
             ms = triton.testing.do_bench(lambda: _run(kernel, grid_fn, args, const, cfg, tiles), warmup=10, rep=50)
         except Exception:  # a config that does not compile or fit (shared memory, registers)

@@ -562,6 +562,61 @@ def test_gpu_every_tile_path(tiles, seq, monkeypatch):
         assert err < 3e-2 * max(1.0, y.float().abs().max().item()), f"{tiles}: {name} error {err:.3g}"
 
 
+SINGLE_ROW_CASES = [(d, c, sk) for d in (32, 64, 128, 256) for c in (False, True) for sk in (1, 239, 339)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tune", ["0", "1"], ids=["first-config", "tuned"])
+def test_gpu_single_query_row(tune, monkeypatch):
+    """One query row (Sq = 1, batch 1) against key lengths whose integer specialisations once made
+    Triton 3.6's pipeliner fail in the forward and dK/dV kernels: every case compiles and matches."""
+    monkeypatch.setenv("DRILL_FLASH_TUNE", tune)
+    failures = []
+    for d, causal, sk in SINGLE_ROW_CASES if tune == "0" else SINGLE_ROW_CASES[::5]:
+        g = torch.Generator(device="cuda").manual_seed(d + sk)
+        q = torch.randn(1, 4, 1, d, device="cuda", dtype=torch.float16, generator=g)
+        k, v = (torch.randn(1, 4, sk, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+        do = torch.randn_like(q)
+        try:
+            got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+        except Exception as exc:  # noqa: BLE001 - collect every case, then fail once
+            failures.append(f"D={d} causal={causal} Sk={sk}: {str(exc).splitlines()[0][:120]}")
+            continue
+        ref = _grads(lambda a, b, c: reference(a, b, c, causal, None, dtype=torch.float32), q, k, v, do)
+        for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], got, ref):
+            err = (x.float() - y.float()).abs().max().item()
+            if not err < 2e-2 * max(1.0, y.float().abs().max().item()):
+                failures.append(f"D={d} causal={causal} Sk={sk}: {name} error {err:.3g}")
+    assert not failures, "\n".join(failures)
+
+
+def test_launch_falls_back_when_a_config_does_not_compile(monkeypatch):
+    """A config the bucket chose that fails to compile for this launch (the pipeliner's
+    RuntimeError) gives way to the next candidate, and in the end to an unpipelined one; any other
+    error of the call is raised as it is."""
+    tried = []
+
+    def fake_run(kernel, grid_fn, args, const, cfg, tiles=None):
+        tried.append(cfg)
+        if cfg["num_stages"] > 1:
+            raise RuntimeError("PassManager::run failed")
+
+    monkeypatch.setattr(triton_fa2, "_run", fake_run)
+    monkeypatch.setattr(triton_fa2, "_interpreting", lambda: False)
+    monkeypatch.setattr(triton_fa2, "FORCED_CONFIGS", {})
+    monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
+    triton_fa2._launch("bwd_kv", None, None, (), {"D": 256}, ("key",), None)
+    cands = triton_fa2._candidates("bwd_kv", 256)
+    assert tried[-1] == dict(cands[0], num_stages=1) and len(tried) == 1 + len(cands) + 1
+
+    def broken_call(kernel, grid_fn, args, const, cfg, tiles=None):
+        raise ValueError("not a compile failure")
+
+    monkeypatch.setattr(triton_fa2, "_run", broken_call)
+    with pytest.raises(ValueError, match="not a compile failure"):
+        triton_fa2._launch("bwd_kv", None, None, (), {"D": 256}, ("key",), None)
+
+
 @pytest.mark.gpu
 def test_gpu_non_contiguous_and_fp32(monkeypatch):
     monkeypatch.setenv("DRILL_FLASH_TUNE", "0")
