@@ -88,6 +88,9 @@ def test_gpu_solution_passes_every_check_with_speed_figures():
     assert any(note.startswith("B H S D causal") for note in result.notes), result.notes
     assert sum(note.count(" | ") == 6 for note in result.notes) == 4, result.notes  # header + 3 sizes
     assert any("max error vs float64" in note for note in result.notes), result.notes
+    assert any(note.startswith("ceilings measured in this run: ") for note in result.notes), result.notes
+    light = [note for note in result.notes if "speed of light: floors matmul" in note]
+    assert light and all(" binds; yours" in note and "reference at " in note for note in light), result.notes
 
 
 # A few planted kernels on the GPU: the ones whose failure path differs there (a grid of
@@ -139,3 +142,7 @@ def test_gpu_slow_kernel_fails_only_the_speed_check(tmp_path):
     failed = [c.name for c in result.checks if c.status != "pass"]
     assert failed == ["Speed against the reference kernel and SDPA"], _summary(result)
     assert "below" in result.checks[[c.name for c in result.checks].index(failed[0])].message
+    # the report names the ceiling each size is bound by, and the slow kernel sits far under it
+    shares = [int(note.split(" binds; yours at ")[1].split("%")[0]) for note in result.notes
+              if " binds; yours at " in note]
+    assert shares and max(shares) < 20, result.notes

@@ -73,6 +73,7 @@ def _render(rows: list[dict], title: str) -> None:
         console.width = 160
     console.print(table)
     console.width = width
+    _render_light(rows, present)
     errs = {(n, e) for r in rows for n, e in r["errors"].items()}
     for n, e in sorted(errs):
         console.print(f"[muted]{LABELS[n]} could not run some cases: {e}[/muted]", soft_wrap=True)
@@ -80,6 +81,32 @@ def _render(rows: list[dict], title: str) -> None:
         console.print(f"[muted]yours: {METHOD}. in noise: the transfer is over half the round trip, so your "
                       "kernel's time is within the transfer's noise and not shown (the round trips are in the "
                       "lines above and in --json).[/muted]", soft_wrap=True)
+
+
+def _render_light(rows: list[dict], present: list[str]) -> None:
+    """The forward rows against this GPU's ceilings (kernels/benchmarks/speed_of_light.py): each
+    floor in ms, the ceiling that binds, and each kernel's share of that speed of light."""
+    from rich.table import Table
+
+    from drill.kernels.benchmarks.training import LABELS
+
+    light_rows = [r for r in rows if "light" in r]
+    if not light_rows:
+        return
+    names = [n for n in present if any(n in r["light"]["share"] for r in light_rows)]
+    table = Table(title="Speed of light (forward): the least time each ceiling allows, measured on this GPU",
+                  caption="matmul: bf16 torch.mm rate; exp: one exp2 per score at the measured rate; HBM: q, k, "
+                          "v read and o written once at the copy bandwidth. Shares are of the binding floor.")
+    for col in ["D", "S", "mask", "matmul ms", "exp ms", "HBM ms", "binds"]:
+        table.add_column(col, justify="left" if col in ("mask", "binds") else "right")
+    for n in names:
+        table.add_column(LABELS[n], justify="right", style="accent" if n in ("ours", "user") else None)
+    for r in light_rows:
+        f, share = r["light"]["floors_ms"], r["light"]["share"]
+        table.add_row(str(r["d"]), str(r["s"]), "causal" if r["causal"] else "none",
+                      *(f"{f[k]:.3g}" for k in ("matmul", "exp", "HBM")), r["light"]["binding"],
+                      *(f"{share[n]:.0%}" if n in share else "[muted]n/a[/muted]" for n in names))
+    console.print(table)
 
 
 @click.command(name="bench")

@@ -152,6 +152,9 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
     dt = getattr(torch, dtype)
     all_impls = _implementations()
     names = [n for n in impls if n in all_impls or (n == "user" and user is not None)]
+    from drill.kernels.benchmarks import speed_of_light
+
+    light = speed_of_light.ceilings() if "fwd" in passes else None
     rows = []
     for d in ds:
         h = HEADS.get(d, max(1, 2048 // d))
@@ -184,6 +187,8 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
                                 row["errors"][name] = (f"{type(exc).__name__}: "
                                                        f"{str(exc).splitlines()[0][:160] if str(exc) else ''}")
                             torch.cuda.synchronize()
+                    if pass_ == "fwd":
+                        _light_figures(row, light)
                     t = row["tflops"]
                     for base in ("cudnn", "flash"):
                         if "ours" in t and base in t:
@@ -195,6 +200,25 @@ def bench_table(ds=(64, 128), seqs=(1024, 4096, 16384), tokens: int = 16384, cau
             del q, k, v
             torch.cuda.empty_cache()
     return rows
+
+
+def _light_figures(row: dict, light) -> None:
+    """row["light"]: the forward's floors on this GPU, the ceiling that binds and each
+    implementation's share of it (speed_of_light.py). A user's timing faster than the floor
+    is a measurement error or a forged figure: it leaves the table, with that reason."""
+    from drill.kernels.benchmarks import speed_of_light
+
+    elem = 4 if row["dtype"] == "float32" else 2
+    shares = {}
+    for name, ms in row["ms"].items():
+        a = speed_of_light.assess(light, ms, row["b"], row["h"], row["s"], row["d"], row["causal"], elem)
+        shares[name] = a.share
+    a = speed_of_light.assess(light, 1.0, row["b"], row["h"], row["s"], row["d"], row["causal"], elem)
+    row["light"] = {"floors_ms": a.floors, "binding": a.binding, "share": shares}
+    if "user" in shares and shares["user"] > 1 / speed_of_light.IMPOSSIBLE_SHARE:
+        row["errors"]["user"] = (f"timed at {row['ms']['user']:.3g} ms, faster than the {a.binding} floor of "
+                                 f"{a.floors[a.binding]:.3g} ms: a measurement error, not a figure")
+        del row["ms"]["user"], row["tflops"]["user"], shares["user"]
 
 
 def _user_figures(row: dict, result: dict | None, fl: float) -> None:

@@ -337,7 +337,11 @@ def test_speed(sub, mode):
          "the others: do_bench medians in the grader. reference = drill.kernels.flash_attention (default "
          "config); SDPA backends pinned with sdpa_kernel")
     note("B H S D causal | yours | " + " | ".join(n for n, _ in others) + " | yours/reference | yours/SDPA cuDNN")
-    slow = []
+    from drill.kernels.benchmarks import speed_of_light as sol
+
+    ceilings = sol.ceilings()
+    note("ceilings measured in this run: " + ceilings.describe())
+    slow, impossible = [], []
     calibration = tf.null_subject(sub)
     try:
         for B, H, S, D, causal in SPEED_CASES:
@@ -358,17 +362,33 @@ def test_speed(sub, mode):
             note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
                  f"{ratio('yours', 'SDPA cuDNN')}")
             note(f"  round trip {timing.round_trip:.3g} ms, of which transfer {timing.transfer:.3g} ms (calibrated)")
+            light = {n: sol.assess(ceilings, ms, B, H, S, D, causal) for n, ms in figures.items()
+                     if ms and not (n == "yours" and timing.within_noise)}
+            first = light.get("yours") or next(iter(light.values()), None)
+            if first is not None:
+                mine = first.describe("yours") if "yours" in light else first.describe(None) + "; yours in noise"
+                note(f"  speed of light: {mine}; " +
+                     ", ".join(f"{n} at {a.share:.0%}" for n, a in light.items() if n != "yours"))
             if timing.within_noise:
                 # The kernel is a small part of the round trip: its time is within the transfer's
                 # noise (seen on an H200: 1-5 ms of kernel in 60-120 ms of transfer). No verdict here;
                 # a kernel slow enough to stand out of the transfer is still failed below.
                 note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
                 continue
+            if light["yours"].impossible:
+                impossible.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: {timing.kernel:.3g} ms "
+                                  f"against a {light['yours'].binding} floor of "
+                                  f"{light['yours'].floors[light['yours'].binding]:.3g} ms")
+                continue
             if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
                 slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "
                             f"reference {rate['reference']:.3g} TFLOP/s")
     finally:
         calibration._subject.close()
+    if impossible:
+        fail("your kernel was timed faster than this GPU's speed of light: a measurement error or a forged timing, "
+             "never a pass", called=f"flash_attention on {dtype} inputs at the sizes in the table below",
+             got="; ".join(impossible), expected="no faster than the largest of the matmul, exp and HBM floors")
     if slow:
         fail(f"your kernel runs below {MIN_SPEED_RATIO:g}× the reference kernel's TFLOP/s",
              called=f"flash_attention on {dtype} inputs at the sizes in the table below",
