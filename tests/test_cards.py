@@ -700,3 +700,17 @@ def test_the_canon_cards_quote_their_computed_figures(deck):
     assert round(2 * 70e9 * 4096 / 989e12, 1) == 0.6
     assert 8 * 4 * 128 / (2 * 128 * 2) == 8 and 4 * 128 / (2 * 128 * 2) == 1  # GQA-8 and MHA decode, FLOP/byte
     assert round(989 / 3.35) == 295
+
+
+def test_the_canon_cards_are_linked_to_the_exercises_that_practise_them(deck):
+    from drill import catalog
+
+    listed = {ex.id: set(ex.cards) for ex in catalog.load_topic(TOPIC).exercises}
+    for exercise_id, card_id in [("mla-decode", "flashmla-decode-kernel"), ("block-mask", "flex-score-mod-vs-mask-mod"),
+                                 ("block-mask", "tree-attention-mask"), ("flash-forward", "chunked-prefill"),
+                                 ("lse-merge", "cascade-attention"), ("flash-backward", "fa3-backward"),
+                                 ("ring-attention", "llama3-allgather-cp"), ("flash-decoding", "split-count-heuristic"),
+                                 ("paged-attention", "prefix-caching-hashes"), ("triton-decode", "pack-gqa-rows")]:
+        assert card_id in listed[exercise_id], (exercise_id, card_id)
+    linked = set().union(*listed.values())
+    assert len([card for card in _canon(deck) if card.id in linked]) >= 40
