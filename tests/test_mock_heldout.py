@@ -75,3 +75,42 @@ if __name__ == "__main__":
         f = measure(answers(name))
         print(f"{name}: {f['n']} answers, precision {f['precision']:.3f}, recall {f['recall']:.3f}, "
               f"tp {f['tp']} fp {f['fp']} fn {f['fn']} tn {f['tn']}, worst score {f['worst']}")
+
+
+def test_a_stated_misconception_is_named_with_the_correction_and_its_source():
+    card = QUESTIONS["main-why-faster"]
+    coverage = mockinterview.grade(card, "It is faster because it does fewer FLOPs than standard attention, "
+                                         "and attention is compute-bound anyway.")
+    named = {m.en for _, m in coverage.misconceptions}
+    assert "FlashAttention is faster because it does fewer FLOPs" in named
+    assert coverage.count == 0
+    # Denying the misconception states nothing wrong and keeps the point.
+    fine = mockinterview.grade(card, "It does not do fewer FLOPs; it does more, because the backward recomputes the "
+                                     "blocks, but attention is memory-bound, so that is cheap.")
+    assert not fine.misconceptions and fine.covered[0] and fine.covered[3]
+
+
+def test_every_main_question_has_misconceptions_and_the_deck_rejects_bad_ones():
+    for card in QUESTIONS.values():
+        assert sum(len(point.misconceptions) for point in card.keypoints) >= 2, card.id
+    base = ('format = 1\n[[card]]\nid = "a"\ntags = ["t"]\nkind = "recall"\nq_en = "q"\nq_zh = "问"\na_en = "a"\n'
+            'a_zh = "答"\nsource = "FlashAttention §3.1"\n[[card.keypoints]]\nen = "p"\nzh = "点"\nsynonyms_en = ["p"]\n'
+            '[[card.keypoints.misconceptions]]\nen = "wrong"\nzh = "错"\n')
+    assert cards.parse_deck(base + 'synonyms_en = ["wrong"]\n', "x").cards[0].keypoints[0].misconceptions[0].en == "wrong"
+    with pytest.raises(cards.DeckError, match="no synonyms"):
+        cards.parse_deck(base, "x")
+    with pytest.raises(cards.DeckError, match="unknown keys"):
+        cards.parse_deck(base + 'synonyms_en = ["wrong"]\ncolour = 1\n', "x")
+
+
+def test_the_mock_feedback_prints_the_correction(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("DRILL_HOME", str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "drill", "mock", "flashattention", "--question", "why-faster"],
+                            input="It is faster because it does fewer FLOPs than standard attention.\n",
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "You said (in effect): FlashAttention is faster because it does fewer FLOPs" in result.stdout
+    assert "In fact: Recomputation adds FLOPs" in result.stdout and "Source: FlashAttention" in result.stdout
