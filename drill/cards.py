@@ -25,11 +25,33 @@ _CARD_KEYS = {
     "id", "tags", "kind", "q_en", "q_zh", "a_en", "a_zh", "answer", "tolerance", "unit",
     "choices_en", "choices_zh", "correct", "keypoints", "source",
 }
-_KEYPOINT_KEYS = {"en", "zh", "synonyms_en", "synonyms_zh"}
+_KEYPOINT_KEYS = {"en", "zh", "synonyms_en", "synonyms_zh", "misconceptions"}
+_MISCONCEPTION_KEYS = {"en", "zh", "synonyms_en", "synonyms_zh"}
 
 
 class DeckError(DrillError):
     """The deck file is malformed (an author error, not a user error)."""
+
+
+@dataclass(frozen=True)
+class Misconception:
+    """A wrong claim that contradicts a key point, with the words that state it.
+
+    Its own text sets the polarity each synonym needs, as a key point's does: for "the
+    backward does not recompute" the word "recompute" states it only when negated.
+    """
+
+    en: str
+    zh: str
+    synonyms_en: tuple[str, ...] = ()
+    synonyms_zh: tuple[str, ...] = ()
+
+    def text(self, lang: str) -> str:
+        return self.zh if lang == "zh" else self.en
+
+    @property
+    def synonyms(self) -> tuple[str, ...]:
+        return self.synonyms_en + self.synonyms_zh
 
 
 @dataclass(frozen=True)
@@ -40,6 +62,7 @@ class KeyPoint:
     zh: str
     synonyms_en: tuple[str, ...] = ()
     synonyms_zh: tuple[str, ...] = ()
+    misconceptions: tuple[Misconception, ...] = ()  # wrong claims that contradict this point
 
     def text(self, lang: str) -> str:
         return self.zh if lang == "zh" else self.en
@@ -232,7 +255,19 @@ def _parse_keypoint(raw: dict, where: str) -> KeyPoint:
         zh=raw["zh"],
         synonyms_en=tuple(raw.get("synonyms_en", ())),
         synonyms_zh=tuple(raw.get("synonyms_zh", ())),
+        misconceptions=tuple(_parse_misconception(m, f"{where}, key point {raw['en']!r}")
+                             for m in raw.get("misconceptions", ())),
     )
+
+
+def _parse_misconception(raw: dict, where: str) -> Misconception:
+    _reject_unknown(raw, _MISCONCEPTION_KEYS, f"{where}, misconception")
+    if not raw.get("en") or not raw.get("zh"):
+        raise DeckError(f"{where}: every misconception needs en and zh text")
+    if not raw.get("synonyms_en") and not raw.get("synonyms_zh"):
+        raise DeckError(f"{where}: misconception {raw['en']!r} has no synonyms to match")
+    return Misconception(en=raw["en"], zh=raw["zh"], synonyms_en=tuple(raw.get("synonyms_en", ())),
+                         synonyms_zh=tuple(raw.get("synonyms_zh", ())))
 
 
 def _reject_unknown(table: dict, allowed: set[str], where: str) -> None:

@@ -52,6 +52,7 @@ rather both all any some more most less fewer same other another again still alr
 """.split())
 NEGATIONS = frozenset("""
 not no never nothing none without cannot neither nor avoid avoids avoided avoiding unlike lacks lacking
+hardly barely scarcely
 """.split())
 # Two-word negators: "instead of X", "rather than X", "no longer X"; "not only" negates nothing.
 NEGATION_PAIRS = {("instead", "of"), ("rather", "than"), ("no", "longer")}
@@ -71,7 +72,8 @@ ZH_NEGATIONS = ("不是", "并非", "没有", "不用", "不需要", "无需", "
 # Characters that look like a negation but are not one here ("different", "keeps on", "no matter").
 ZH_NOT_NEGATIONS = ("不同", "不断", "不仅", "不管", "不论", "不少", "不过", "不停", "无论", "非常", "不变", "除非")
 ZH_SCOPE_BREAKS = ("而是", "但是", "但", "所以", "因此", "并且", "然后", "于是", "而且", "同时")
-ZH_VERDICTS = ("不需要", "不用", "不必", "没必要", "无关", "不重要", "多余", "用不着", "不需")
+ZH_VERDICTS = ("不需要", "不用", "不必", "没必要", "无关", "不重要", "多余", "用不着", "不需", "没用", "没有用",
+               "没关系", "没有关系", "没什么关系", "无所谓", "不相干")
 _SENTENCE = re.compile(r"[;!?\n\u3002\uff1b\uff01\uff1f\uff0c]|\.(?=\s|$)")
 _SCOPE_SPLIT = re.compile(r"\b(?:and|but|so|because|since|while|whereas|which|then|yet|although|though|thus|hence)\b|而是|但是|所以|因此|并且|然后", re.I)
 _ZH_CLAUSE = re.compile(r"[;!?:,\n\u3002\uff1b\uff01\uff1f\uff0c\uff1a]|\.(?=\s|$)")
@@ -227,6 +229,11 @@ def wants_negated(synonym: str, claim_en: str, claim_zh: str) -> bool:
     Chinese text, words and formulas in the English one); words the point does not contain
     are positive paraphrases.
     """
+    return bool(claim_polarity(synonym, claim_en, claim_zh))
+
+
+def claim_polarity(synonym: str, claim_en: str, claim_zh: str) -> bool | None:
+    """True when the claim says the synonym negated, False when plainly, None when it does not say it."""
     kind = kind_of(synonym)
     if kind == "zh":
         found = _zh_polarities(_compact(synonym), claim_zh)
@@ -237,7 +244,12 @@ def wants_negated(synonym: str, claim_en: str, claim_zh: str) -> bool:
         target = tuple(stem_words(synonym))
         found = [negated for clause in _CLAUSE.split(claim_en) if clause.strip()
                  for negated in _word_polarities(target, tuple(stem_words(clause)))]
-    return bool(found) and all(found)
+    return all(found) if found else None
+
+
+def says(synonym: str, answer: Analysis, negated: bool) -> bool:
+    """The answer says the synonym, negated or not as asked, in a clause that explains something."""
+    return answer.prose and _says(synonym, answer, negated)
 
 
 def _says(synonym: str, answer: Analysis, negated: bool) -> bool:
@@ -297,6 +309,9 @@ def _verdict_after(stems: tuple[str, ...], end: int) -> int:
         return 1
     if i > end and i < len(stems) and _is_negator(stems, i):
         return 1
+    if end < len(stems) and _is_negator(stems, end) and any(
+            stem in _RELEVANCE_STEMS for stem in stems[end + 1:end + 3]):
+        return 1  # "bandwidth hardly matters", "the logsumexp never counts"
     return 0
 
 
@@ -353,3 +368,14 @@ _NOT_NEGATION_STEMS = frozenset((_stem(a), _stem(b)) for a, b in NOT_NEGATIONS)
 _BREAK_STEMS = frozenset(_stem(w) for w in SCOPE_BREAKS)
 _VERDICT_STEMS = frozenset(_stem(w) for w in VERDICTS)
 _AUX_STEMS = frozenset(_stem(w) for w in AUXILIARIES)
+_RELEVANCE_STEMS = frozenset(_stem(w) for w in "matter matters count counts help helps apply applies".split())
+
+
+def without_clauses(answer: str, stated) -> str:
+    """The answer with the clauses in which `stated(clause)` is true blanked out, every other
+    character kept in place (so "[B_r, d]" in a kept clause stays one formula). A clause that
+    states a misconception credits nothing else: "it still writes the s×s matrix to HBM" does
+    not show that the speaker knows unfused attention round-trips it."""
+    pieces = re.split(f"({_CLAUSE.pattern})", answer)
+    return "".join(piece if i % 2 or not piece.strip() or not stated(piece) else " " * len(piece)
+                   for i, piece in enumerate(pieces))

@@ -541,3 +541,176 @@ def test_new_cards_for_mla_and_masks_exist_and_are_sourced(deck):
         assert paper in by_id[card_id].source, card_id
     assert "Longformer" in by_id["sliding-window-mask"].source
     assert "c_KV" in by_id["mla-absorbed-projections"].a_en and "k_R" in by_id["mla-absorbed-projections"].a_en
+
+
+# --------------------------------------------------------------------------
+# The 2026 canon: every figure the "canon" cards state, computed here
+# --------------------------------------------------------------------------
+
+def _split_heuristic(programs: int, sms: int, n_blocks: int, max_splits: int = 128) -> int:
+    """flash-attention's num_splits_heuristic, re-derived: the smallest eligible split count
+    whose wave efficiency is within 85 % of the best; 1 once the programs nearly fill the GPU."""
+    if programs >= 0.8 * sms:
+        return 1
+    max_splits = min(max_splits, sms, n_blocks)
+
+    def eligible(s):
+        return s == 1 or math.ceil(n_blocks / s) != math.ceil(n_blocks / (s - 1))
+
+    eff = {s: (w := programs * s / sms) / math.ceil(w) for s in range(1, max_splits + 1) if eligible(s)}
+    best = max(eff.values())
+    return min(s for s, e in eff.items() if e >= 0.85 * best)
+
+
+def _greedy_makespan(costs, machines):
+    """Each job in order goes to the machine that frees first (list scheduling)."""
+    free = [0] * machines
+    for cost in costs:
+        free[free.index(min(free))] += cost
+    return max(free)
+
+
+def _tree_pairs(parents):
+    """(node, visible node) pairs of a tree mask: each node sees itself and its ancestors."""
+    pairs = 0
+    for node in range(len(parents)):
+        while node is not None:
+            pairs += 1
+            node = parents[node]
+    return pairs
+
+
+def _e4m3_max():
+    # Exponent field 1111 is usable (no infinities); mantissa 111 there is NaN, so 110 is the top.
+    return (1 + 6 / 8) * 2 ** (15 - 7)
+
+
+TREE = [None, 0, 0, 1, 1, 2, 2]  # a root, 2 children, 4 grandchildren (breadth-first order)
+CANON_DERIVED = {
+    "mla-decode-intensity": 128 * 2 * (576 + 512) / (576 * 2),
+    "window-size-keys": 1023 + 0 + 1,
+    "rolling-buffer-slot": 10_000 % 4096,
+    "rope-slowest-wavelength": 2 * math.pi / 10000 ** (-2 * (64 - 1) / 128),
+    "alibi-slope-worked": 2 ** (-8 * 3 / 16),
+    "softcap-worked": 50 * math.tanh(100 / 50),
+    "sink-mass-worked": (math.e + math.e**2) / (math.e + 2 * math.e**2),
+    "cascade-prefix-bytes": 64 * 4096 * _kv_bytes_per_token(32, 8, 128, 2) / 2**30,
+    "chunked-prefill-pairs": 2048 * 4096 + 2048 * 2049 // 2,
+    "kv-transfer-time": _kv_bytes_per_token(80, 8, 128, 2) * 4096 / 50e9 * 1e3,
+    "tpot-worked": (5.2 - 0.4) / 240 * 1e3,
+    "spec-expected-tokens": (1 - 0.8**5) / (1 - 0.8),
+    "tree-mask-pairs": _tree_pairs(TREE),
+    "pack-gqa-rows": 1 * 8 / 64 * 100,
+    "split-count-heuristic": _split_heuristic(48, 108, 64),
+    "lpt-makespan-worked": _greedy_makespan(range(8, 0, -1), 4),
+    "backward-flops-ratio": (5 * 2) / (2 * 2),
+    "tmem-capacity": 128 * 512 * 4 / 1024,
+    "fa4-b200-utilisation": 1613 / 2250 * 100,
+    "e4m3-max": _e4m3_max(),
+    "nvfp4-bits-per-value": 4 + 8 / 16,
+    "kv-cache-fp8": _kv_bytes_per_token(80, 8, 128, 1),
+    "cp-load-balance": max(4 * r + 2 for r in range(4)) / (sum(4 * r + 2 for r in range(4)) / 4),
+    "cute-layout-offset": 2 * 1 + 3 * 4,
+    "ldmatrix-x4-elements": 4 * 8 * 8 // 32,
+    "bank-conflict-ways": len({(128 * r // 4) % 32 for r in range(8)}) and max(
+        sum(1 for r in range(8) if (128 * r // 4) % 32 == bank) for bank in range(32)),
+}
+DERIVED.update(CANON_DERIVED)
+
+
+def _canon(deck):
+    return [card for card in deck.cards if "canon" in card.tags]
+
+
+def test_the_canon_block_is_large_bilingual_and_sourced(deck):
+    canon = _canon(deck)
+    assert len(canon) >= 64
+    # The canon cards sit together at the end of the deck, apart from the older ones.
+    ids = [card.id for card in deck.cards]
+    first = ids.index(canon[0].id)
+    assert ids[first:first + len(canon)] == [card.id for card in canon]
+    for card in canon:
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in card.q_zh) and any("\u4e00" <= ch <= "\u9fff" for ch in card.a_zh), card.id
+        assert not any("\u4e00" <= ch <= "\u9fff" for ch in card.q_en + card.a_en), card.id
+        assert len(card.source) > 30 and any(w in card.source for w in ("§", "docs", "README", ".py", ".h", "Table", "abstract", "Guide", "blog", "Blog", "arithmetic")), card.id
+
+
+def test_the_canon_covers_the_topics(deck):
+    text = " ".join(mathtext.render(t) for card in _canon(deck) for t in _all_texts(card))
+    for probe in [
+        "FlashMLA", "576", "absorbed", "latent", "score_mod", "mask_mod", "create_block_mask",
+        "sdpa_kernel", "CUDNN_ATTENTION", "causal_lower_right", "document_id", "window_size", "rolling buffer",
+        "RoPE", "ALiBi", "alibi_slopes", "tanh", "soft", "sink", "prefix", "radix", "cascade", "chunk",
+        "continuous", "Orca", "disaggregat", "TTFT", "TPOT", "speculative", "tree", "PackGQA",
+        "split", "persistent", "longest", "TMA reduce-add", "semaphore",
+        "TMEM", "tcgen05", "2-CTA", "polynomial", "E4M3", "NVFP4", "MXFP4", "KIVI", "SageAttention",
+        "all-gather", "2 × CP", "NSA", "MoBA", "Rabe", "CuTe", "Triton", "Gluon", "ThunderKittens",
+        "ldmatrix", "cp.async", "swizzl", "bank",
+    ]:
+        assert probe in text, probe
+
+
+def test_the_canon_cards_quote_their_computed_figures(deck):
+    by_id = {card.id: mathtext.render(card.a_en) + " " + mathtext.render(card.a_zh) for card in deck.cards}
+    # Each worked figure appears, as computed, in the English and in the Chinese answer.
+    quoted = {
+        "mla-decode-intensity": ["278,528", "1152", f"{CANON_DERIVED['mla-decode-intensity']:.1f}"],
+        "rolling-buffer-slot": ["1808", f"{10_000 - 4096}"],
+        "rope-slowest-wavelength": ["54,410"],
+        "alibi-slope-worked": [f"{CANON_DERIVED['alibi-slope-worked']:.4f}"],
+        "softcap-worked": [f"{CANON_DERIVED['softcap-worked']:.2f}", f"{50 * math.tanh(0.1):.3f}",
+                           f"{1 - math.tanh(2) ** 2:.3f}"],
+        "sink-mass-worked": [f"{CANON_DERIVED['sink-mass-worked']:.4f}", f"{math.e + math.e**2:.3f}",
+                             f"{math.e + 2 * math.e**2:.3f}"],
+        "cascade-prefix-bytes": ["131,072", "512 MiB", "32 GiB"],
+        "chunked-prefill-pairs": ["8,388,608", "2,098,176", "10,486,784", f"{8192 * 8193 // 2:,}"],
+        "kv-transfer-time": ["1,342,177,280", f"{CANON_DERIVED['kv-transfer-time']:.1f} ms"],
+        "spec-expected-tokens": [f"{CANON_DERIVED['spec-expected-tokens']:.3f}", f"{(1 - 0.8**9) / 0.2:.2f}"],
+        "tree-mask-pairs": ["17", "49", "28", "11"],
+        "tpot-worked": ["20 ms", "240"],
+        "split-count-heuristic": ["0.44", "0.89", "0.67", "s = 9", "s = 2"],
+        "lpt-makespan-worked": ["6, 8, 10, 12"],
+        "tmem-capacity": ["262,144", "256 KiB"],
+        "fa4-b200-utilisation": [f"{1613 / 2250 * 100:.1f}", f"{1605 / 2250 * 100:.1f}"],
+        "nvfp4-bits-per-value": ["4.5", "4.25"],
+        "kv-cache-fp8": ["163,840"],
+        "cp-load-balance": ["2, 6, 10", "14", "1.75"],
+        "cute-layout-offset": ["14", "19"],
+        "bank-conflict-ways": ["8"],
+        "pack-gqa-rows": ["12.5 %"],
+        "window-size-keys": ["1024"],
+    }
+    for card_id, figures in quoted.items():
+        en, zh = (mathtext.render(t) for t in ({c.id: c for c in deck.cards}[card_id].a_en,
+                                               {c.id: c for c in deck.cards}[card_id].a_zh))
+        zh = zh.replace("、", ", ")
+        for figure in figures:
+            assert figure in en and figure in zh, (card_id, figure)
+    # The figures behind the words.
+    assert round(1 - math.tanh(2) ** 2, 3) == 0.071
+    assert _split_heuristic(48, 108, 64) == 2 and _split_heuristic(120, 132, 64) == 1
+    assert [round(48 * s / 108 / math.ceil(48 * s / 108), 2) for s in (1, 2, 3, 9)] == [0.44, 0.89, 0.67, 1.0]
+    assert _greedy_makespan(range(1, 9), 4) == 12 and sum(range(1, 9)) / 4 == 9
+    assert sum(2048 * (2048 * c) + 2048 * 2049 // 2 for c in range(4)) == 8192 * 8193 // 2
+    assert _tree_pairs(TREE) == 17 and len(TREE) * (len(TREE) + 1) // 2 - 17 == 11
+    assert [(r + 0.5) + (7 - r + 0.5) for r in range(4)] == [8.0] * 4
+    assert len({(((128 * r) // 16) ^ (r % 8)) * 16 // 4 % 32 for r in range(8)}) == 8  # swizzled: 8 distinct 4-bank groups
+    assert 2 * 32 * 8 * 128 * 2 * 4096 == 512 * 2**20
+    assert round(10000 ** (126 / 128)) == 8660
+    assert round(2 * 70e9 * 4096 / 989e12, 1) == 0.6
+    assert 8 * 4 * 128 / (2 * 128 * 2) == 8 and 4 * 128 / (2 * 128 * 2) == 1  # GQA-8 and MHA decode, FLOP/byte
+    assert round(989 / 3.35) == 295
+
+
+def test_the_canon_cards_are_linked_to_the_exercises_that_practise_them(deck):
+    from drill import catalog
+
+    listed = {ex.id: set(ex.cards) for ex in catalog.load_topic(TOPIC).exercises}
+    for exercise_id, card_id in [("mla-decode", "flashmla-decode-kernel"), ("block-mask", "flex-score-mod-vs-mask-mod"),
+                                 ("block-mask", "tree-attention-mask"), ("flash-forward", "chunked-prefill"),
+                                 ("lse-merge", "cascade-attention"), ("flash-backward", "fa3-backward"),
+                                 ("ring-attention", "llama3-allgather-cp"), ("flash-decoding", "split-count-heuristic"),
+                                 ("paged-attention", "prefix-caching-hashes"), ("triton-decode", "pack-gqa-rows")]:
+        assert card_id in listed[exercise_id], (exercise_id, card_id)
+    linked = set().union(*listed.values())
+    assert len([card for card in _canon(deck) if card.id in linked]) >= 40

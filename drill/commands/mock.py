@@ -33,6 +33,10 @@ WORDS = {
         "score": "Covered {hit} of {total} key points ({pct:.0f}%) in {secs:.0f} s of {limit} s.",
         "over": " Over time.", "empty": "No answer was given.",
         "list": "That reads as a list of terms, not an explanation: say how the pieces connect.",
+        "wrong": "Corrections",
+        "said": "You said (in effect): {wrong}",
+        "right": "In fact: {right}",
+        "source": "Source: {source}",
     },
     "zh": {
         "how": "像面试时口头回答一样写下来。空行回车提交。",
@@ -41,6 +45,10 @@ WORDS = {
         "score": "覆盖了 {hit}/{total} 个必答点({pct:.0f}%),用时 {secs:.0f} 秒(限时 {limit} 秒)。",
         "over": "超时了。", "empty": "没有作答。",
         "list": "这更像是关键词罗列,而不是解释:请说清楚它们之间怎么联系起来。",
+        "wrong": "纠正",
+        "said": "你的意思是:{wrong}",
+        "right": "实际上:{right}",
+        "source": "出处:{source}",
     },
 }
 
@@ -172,13 +180,24 @@ def show_result(card: cards.Card, lang: str, coverage: mockinterview.Coverage, s
         score = words["list"] + " " + score
     model = Text(render(card.answer_text(lang)))
     points.rstrip()
+    corrections = Text()
+    for index, wrong in coverage.misconceptions:
+        corrections.append("✗ " + words["said"].format(wrong=render(wrong.text(lang))) + "\n", style="fail")
+        corrections.append("  " + words["right"].format(right=render(card.keypoints[index].text(lang))) + "\n")
+        corrections.append("  " + words["source"].format(source=card.source) + "\n", style="muted")
+    corrections.rstrip()
     if tty:
         console.print(Panel(model, title=words["model"], title_align="left", border_style="green"))
         console.print(Panel(points, title=words["points"], title_align="left"))
+        if coverage.misconceptions:
+            console.print(Panel(corrections, title=words["wrong"], title_align="left", border_style="red"))
         console.print(Text(score, style="pass" if coverage.score >= 0.75 else "warn"))
         return
     console.print(Text(f"{words['model']}:", style="accent"), soft_wrap=True)
     console.print(model, soft_wrap=True)
     console.print(Text(f"{words['points']}:", style="accent"), soft_wrap=True)
     console.print(points, soft_wrap=True)
+    if coverage.misconceptions:
+        console.print(Text(f"{words['wrong']}:", style="accent"), soft_wrap=True)
+        console.print(corrections, soft_wrap=True)
     console.print(Text(score), soft_wrap=True)
