@@ -189,7 +189,9 @@ def tolerances(case: Case, ref):
     lse_max = float(lse[finite].abs().max()) if bool(finite.any()) else 0.0
     out = []
     for a, e, r in zip(auto, eq32, ref):
-        big = max(1.0, float(r.abs().max()))
+        # Relative to the gradient's own size: gradients are often far below 1 (dv ~ 1/√S), and a
+        # floor of max(1, |x|) units would let errors of many percent through.
+        big = max(float(r.abs().max()), 1e-3)
         errs = [float((n.to(r.device).double() - r).abs().max()) for n in (a, e)]
         err = max((x for x in errs if math.isfinite(x)), default=0.0)
         floor = FLOOR.get(case.q.dtype, 2e-5) * big
@@ -607,7 +609,9 @@ def test_launches(sub, mode):
 
 # --------------------------------------------------------------------------- GPU only
 
-ACCURACY_CASES = [(2, 3, 1000, 64, False), (1, 4, 777, 128, True)]
+# Long enough that each dK/dV program sums 64-128 query blocks: a gradient accumulated in fp16/bf16
+# (rounded after every block) drifts well past twice naive attention's error there.
+ACCURACY_CASES = [(1, 2, 4096, 64, False), (1, 2, 2049, 128, True)]
 # One long sequence, one head: the work grows with S², the three gradients sent back with S
 # (8 MB each at S = 64k, D = 64), so the kernel's time stands out of the transfer.
 SPEED_CASES = [(1, 1, 65536, 64, False), (1, 1, 65536, 128, False), (1, 1, 65536, 128, True)]
@@ -764,7 +768,7 @@ def test_speed(sub, mode):
                     mine = torch.from_numpy(g).cuda().view(SPEED_DTYPE).double()
                     w = w.double()
                     err = float((mine - w).abs().max())
-                    tol = 5e-2 * max(1.0, float(w.abs().max()))
+                    tol = 5e-2 * float(w.abs().max()) + 1e-6  # relative: these gradients are far below 1
                     if not err <= tol:
                         fail(f"{name} is wrong at the speed size (largest error {err:.3g} against the reference "
                              f"backward, allowed {tol:.3g})", called=what)
