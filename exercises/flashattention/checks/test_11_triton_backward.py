@@ -273,6 +273,10 @@ def name_mistake(case: Case, got, wrong: list[int], tols) -> str:
     """The known mistake whose outputs match the wrong ones (each wrong output must match)."""
     for variant, hint in mistakes(case):
         if all(_same(got[i], variant[i], tols[i]) for i in wrong):
+            if "in both kernels" in hint and set(wrong) == {1, 2}:
+                hint = hint.replace("in both kernels", "in the dK/dV kernel too (dq is right)")
+            elif "in both kernels" in hint and set(wrong) == {0}:
+                hint = hint.replace("in both kernels", "in the dQ kernel too (dk and dv are right)")
             return hint
     return ""
 
