@@ -272,6 +272,7 @@ def mistakes(case: Case):
 
 
 def _same(got, want, tol) -> bool:
+    want = want.to(got.device)  # the variants are computed on the mode's device, got came back to the CPU
     return got.shape == want.shape and bool(torch.isfinite(got).all()) and float((got - want).abs().max()) <= tol
 
 
@@ -496,7 +497,7 @@ def _strides_hint(sub, case: Case):
             reply = call_user(sub, plain)
         except Exception:  # noqa: BLE001 - failing here too says nothing about strides
             return ""
-        if reply.grads is not None and all(a.shape == tuple(r.shape) and max_error(a.astype(np.float64), r.numpy())
+        if reply.grads is not None and all(a.shape == tuple(r.shape) and max_error(a.astype(np.float64), r.cpu().numpy())
                                            <= t for a, r, (t, _) in zip(reply.grads, ref, tols)):
             return ("right for contiguous inputs but wrong for these: use each input's own strides (q, k, v, o, do "
                     "and lse each have theirs); a head starts at b·stride_b + h·stride_h, row i at + i·stride_s")
