@@ -14,7 +14,7 @@ from drill import cards, mathtext
 TOPIC = "flashattention"
 EXERCISE_IDS = {
     "online-softmax", "tiling-shapes", "flash-forward", "lse-merge",
-    "flash-backward", "ring-attention", "triton-forward",
+    "flash-backward", "ring-attention", "triton-forward", "triton-backward",
 }
 MAIN_QUESTIONS = {
     "main-explain-flashattention", "main-online-softmax", "main-why-faster", "main-ring-lse-merge",
@@ -79,6 +79,7 @@ def _flash_intensity(s, d, br, dtype_bytes):
 DERIVED = {
     "fig2-hbm-ratio": 40.3 / 4.4,
     "fig2-speedup": 41.7 / 7.3,
+    "bwd-flops-ratio": 5 / 2,
     "score-matrix-size": 4096**2 / 1e6,
     "score-matrix-bytes": 4096**2 * 2 / 1e6,
     "block-size-h100-bc": _block_sizes(H100_M, 128)[1],

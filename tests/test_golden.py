@@ -9,7 +9,9 @@ import os
 import pytest
 
 from drill import catalog
-from golden import CASES, EXERCISES, GOLDEN, produce
+from golden import CASES, CPU_ONLY, EXERCISES, GOLDEN, produce
+
+from drill.grader import runner
 
 PARAMS = [pytest.param(ex_id, case, id=f"{ex_id}/{case}") for ex_id in EXERCISES for case in CASES]
 STATUS = {"pass": "pass", "fail": "fail", "error": "error"}
@@ -17,6 +19,8 @@ STATUS = {"pass": "pass", "fail": "fail", "error": "error"}
 
 @pytest.mark.parametrize("ex_id, case", PARAMS)
 def test_report_matches_its_golden_files(ex_id, case, tmp_path):
+    if ex_id in CPU_ONLY and runner.nvidia_driver_present():
+        pytest.skip("graded on the GPU here: the golden files hold the interpreter's report")
     ex = catalog.resolve(f"flashattention/{ex_id}")
     doc, text = produce(ex, case, tmp_path)
     folder = GOLDEN / ex.topic / ex.id

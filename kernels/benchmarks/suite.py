@@ -259,6 +259,12 @@ def step_triton_decode(ctx: Context) -> StepResult:
     return _grade_solution(ctx, "10_triton_decode.py", "triton_decode.json")
 
 
+def step_triton_backward(ctx: Context) -> StepResult:
+    """The Triton backward exercise's solution graded on this GPU: fp16/bf16 accuracy beside the
+    reference backward and the backward TFLOP/s table (yours, reference, SDPA) from the check notes."""
+    return _grade_solution(ctx, "11_triton_backward.py", "triton_backward.json")
+
+
 def _grade_solution(ctx: Context, file: str, json_name: str) -> StepResult:
     import tempfile
 
@@ -347,6 +353,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("fp8_bench", step_fp8_bench, True),
     ("triton_exercise", step_triton_exercise, True),
     ("triton_decode", step_triton_decode, True),
+    ("triton_backward", step_triton_backward, True),
     ("ring_bench", step_ring_bench, True),
 ]
 

@@ -1,0 +1,145 @@
+"""Subject-side instrumentation for the triton-backward checks (runs in the untrusted subject).
+
+The grader copies this file, and 07's _triton_probe.py it builds on, beside subject.py.
+`call` rebuilds q, k, v, o, lse and do from the values sent (each with the strides asked
+for and NaN in the memory after it), runs the user's flash_attention_backward with poisoned
+allocations and Triton launches recorded, and returns dq, dk, dv as plain arrays with what
+it saw. `seeded` is one timed call on the GPU: inputs drawn here from the request's seed.
+Everything reported here is advice: the grader may fail a check on it, never pass one.
+
+Standard library, numpy and torch only: nothing of drill is importable here. The trusted
+side imports `seeded_inputs` from this file, so both sides draw alike.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import torch
+
+try:  # in the subject: copied beside this file
+    from _triton_probe import _ALLOCATORS, POISON, Launches, PoisonAllocations, _as_array, guarded
+except ImportError:  # on the trusted side, which imports seeded_inputs from here
+    from ._triton_probe import _ALLOCATORS, POISON, Launches, PoisonAllocations, _as_array, guarded
+
+# Torch operations that compute attention or its gradients: none belongs in the user's file,
+# whose work is the kernels (the launcher only allocates, reshapes and launches).
+_COMPUTE = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "baddbmm", "einsum", "softmax", "log_softmax",
+            "exp", "exp_", "logsumexp", "scaled_dot_product_attention", "backward", "grad", "tensordot",
+            "_softmax_backward_data", "addmm", "addbmm"}
+
+
+class Watch(PoisonAllocations):
+    """07's poisoned allocations, and a record of the attention-computing torch operations called
+    directly from the user's file. One mode does both: a second mode would see the first one's
+    frame as the caller, not the user's file."""
+
+    def __init__(self, user_file: str):
+        super().__init__(user_file)
+        self.computed: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        mine = sys._getframe(1).f_code.co_filename == self.user_file
+        name = getattr(func, "__name__", "")
+        if mine and name in _COMPUTE and len(self.computed) < 20:
+            self.computed.append(name)
+        result = func(*args, **(kwargs or {}))
+        if (mine and name in _ALLOCATORS and type(result) is torch.Tensor and result.is_floating_point()
+                and not result.requires_grad):
+            result = guarded(result.fill_(POISON), result.shape, result.stride(), POISON)
+            self.made.append(result)
+        return result
+
+
+def call(fn, args, kwargs, spec: dict, user_file: str):
+    """Run fn(q, k, v, o, lse, do, ...) on tensors rebuilt as `spec` says; returns plain values."""
+    dtype = getattr(torch, str(spec["dtype"]))
+    device = str(spec["device"])
+    tensors = []
+    for array, layout in zip(args, spec["tensors"]):
+        t_dtype = torch.float32 if layout.get("fp32") else dtype
+        values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=t_dtype)
+        fill = math.nan if layout.get("guard", "nan") == "nan" else float(layout["guard"])
+        tensors.append(guarded(values, values.shape, layout["stride"], fill))
+    poison = Watch(user_file)
+    with Launches(user_file) as launches, poison:
+        out = fn(*tensors, *args[len(tensors):], **kwargs)
+    observed = {"type": type(out).__name__, "overran": poison.overran(), "launches": launches.seen,
+                "watching": bool(launches.patched), "torch_compute": poison.computed}
+    result = None
+    if type(out) in (tuple, list) and len(out) == 3 and all(type(t) is torch.Tensor for t in out):
+        observed["parts"] = [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+                              "device": str(t.device)} for t in out]
+        storages = {t.untyped_storage().data_ptr() for t in tensors}
+        observed["shares"] = [name for name, t in zip(("dq", "dk", "dv"), out)
+                              if t.untyped_storage().data_ptr() in storages]
+        result = [_as_array(t) for t in out]
+    elif type(out) in (tuple, list):
+        observed["parts"] = [type(t).__name__ for t in out][:6]
+    value = {"result": result, "observed": observed}
+    if spec.get("return_inputs"):
+        value["inputs"] = [_as_array(t) for t in tensors]
+    return value
+
+
+# --------------------------------------------------------------------------- timed calls (GPU)
+
+
+def forward(q, k, v, causal: bool):
+    """o and lse (natural log, fp32 [B, H, S]) for the timed calls: PyTorch's FlashAttention-2
+    forward, or plain torch in query chunks where that operator is missing. Deterministic, so the
+    grader, calling this same function on the same inputs, gets the same o and lse."""
+    try:
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, bool(causal), False)
+        o, lse = out[0], out[1]
+        if o.shape == q.shape and tuple(lse.shape) == tuple(q.shape[:3]) and _lse_agrees(q, k, lse, causal):
+            return o, lse.float().contiguous()
+    except Exception:  # noqa: BLE001 - not available for this build or GPU: the plain path below
+        pass
+    S, D = q.shape[2], q.shape[3]
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    for lo in range(0, S, 2048):
+        s = (q[:, :, lo:lo + 2048].float() @ k.float().transpose(-1, -2)) / math.sqrt(D)
+        if causal:
+            rows = torch.arange(lo, min(lo + 2048, S), device=q.device)
+            s = s.masked_fill(torch.arange(S, device=q.device)[None, :] > rows[:, None], -math.inf)
+        lse[:, :, lo:lo + 2048] = torch.logsumexp(s, -1)
+        o[:, :, lo:lo + 2048] = (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+    return o, lse
+
+
+def _lse_agrees(q, k, lse, causal: bool) -> bool:
+    """Whether the operator's lse is the natural-log logsumexp we expect, on the first rows."""
+    n, D = min(64, q.shape[2]), q.shape[3]
+    s = (q[:, :, :n].float() @ k.float().transpose(-1, -2)) / math.sqrt(D)
+    if causal:
+        s = s.masked_fill(torch.arange(q.shape[2], device=q.device)[None, :] > torch.arange(n, device=q.device)[:, None],
+                          -math.inf)
+    return bool(((torch.logsumexp(s, -1) - lse[:, :, :n].float()).abs() < 1e-2).all())
+
+
+def seeded_inputs(shape, dtype: torch.dtype, seed: int, device: str, causal: bool):
+    """q, k, v, o, lse, do for one timed call, drawn from `seed`."""
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    q, k, v, do = (torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32).to(dtype)
+                   for _ in range(4))
+    o, lse = forward(q, k, v, causal)
+    return q, k, v, o, lse, do
+
+
+def seeded(fn, args, kwargs, spec: dict, user_file: str):
+    """One timed call: inputs drawn here from the seed, (dq, dk, dv) sent back as int16 bits."""
+    dtype = getattr(torch, str(spec["dtype"]))
+    q, k, v, o, lse, do = seeded_inputs(spec["shape"], dtype, spec["seed"], str(spec["device"]), bool(spec["causal"]))
+    out = fn(q, k, v, o, lse, do, *args, **kwargs)
+    observed = {"type": type(out).__name__}
+    result = None
+    if type(out) in (tuple, list) and len(out) == 3 and all(type(t) is torch.Tensor for t in out):
+        observed["parts"] = [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+                              "device": str(t.device)} for t in out]
+        if all(t.dtype == dtype and t.shape == q.shape for t in out):
+            result = [t.detach().contiguous().view(torch.int16).cpu().numpy() for t in out]
+    return {"result": result, "observed": observed}
