@@ -47,3 +47,21 @@ def test_bench_row_drops_a_user_figure_faster_than_light():
     assert row["light"]["binding"] == "matmul"
     assert row["light"]["share"] == {"ours": pytest.approx(1 / 1.6)}
     assert "user" not in row["ms"] and "faster than the matmul floor" in row["errors"]["user"]
+
+
+def test_backward_floors_count_its_work():
+    f = sol.attention_floors(CEIL, 1, 16, 4096, 128, False, backward=True)
+    fwd = sol.attention_floors(CEIL, 1, 16, 4096, 128, False)
+    assert f["matmul"] == pytest.approx(2.5 * fwd["matmul"]) and f["exp"] == pytest.approx(fwd["exp"])
+    assert f["HBM"] == pytest.approx(2 * fwd["HBM"])  # q, k, v, o, do read; dq, dk, dv written
+
+
+def test_check_row_places_each_kernel_and_refuses_a_forged_timing():
+    floor = sol.attention_floors(CEIL, 1, 16, 4096, 128, False)["matmul"]
+    figures = {"yours": floor * 2, "reference": floor * 1.25, "SDPA cuDNN": None}
+    line, too_fast = sol.check_row(CEIL, figures, (1, 16, 4096, 128), False, yours_judged=True)
+    assert "matmul binds; yours at 50% of its speed of light; reference at 80%" in line and too_fast is None
+    line, _ = sol.check_row(CEIL, figures, (1, 16, 4096, 128), False, yours_judged=False)
+    assert "yours in noise; reference at 80%" in line
+    _, too_fast = sol.check_row(CEIL, dict(figures, yours=floor / 3), (1, 16, 4096, 128), False, yours_judged=True)
+    assert too_fast and "against a matmul floor of" in too_fast

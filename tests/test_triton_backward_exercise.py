@@ -76,6 +76,8 @@ def test_gpu_solution_passes_every_check_with_speed_figures():
     assert any(note.startswith("B H S D causal") for note in result.notes), result.notes
     assert sum(note.count(" | ") == 6 for note in result.notes) == 4, result.notes  # header + 3 sizes
     assert any("max error vs float64" in note for note in result.notes), result.notes
+    assert any(note.startswith("ceilings measured in this run: ") for note in result.notes), result.notes
+    assert any(" binds; yours" in note and "reference at " in note for note in result.notes), result.notes
 
 
 # Planted kernels whose failure path may differ on a GPU (compiled code, fp16 rounding beside the mistake).

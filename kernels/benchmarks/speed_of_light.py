@@ -75,12 +75,16 @@ def ceilings(device: int = 0) -> Ceilings:
     return Ceilings(matmul, exp_rate, hbm, torch.cuda.get_device_name(device))
 
 
-def attention_floors(c: Ceilings, B: int, H: int, S: int, D: int, causal: bool, elem_bytes: int = 2) -> dict:
-    """The least time, in ms, each ceiling allows for a forward of this shape."""
+def attention_floors(c: Ceilings, B: int, H: int, S: int, D: int, causal: bool, elem_bytes: int = 2,
+                     backward: bool = False) -> dict:
+    """The least time, in ms, each ceiling allows for a forward (or backward) of this shape. The
+    backward does 2.5× the forward's matmul FLOPs (five matmuls to two), recomputes each score's
+    exponential once, reads q, k, v, o, do and writes dq, dk, dv."""
     pairs = B * H * S * S / (2 if causal else 1)
-    return {"matmul": 4 * pairs * D / (c.matmul_tflops * 1e12) * 1e3,
+    tensors = 8 if backward else 4
+    return {"matmul": 4 * pairs * D * (2.5 if backward else 1) / (c.matmul_tflops * 1e12) * 1e3,
             "exp": pairs / c.exp_per_s * 1e3,
-            "HBM": 4 * B * H * S * D * elem_bytes / c.hbm_bytes_per_s * 1e3}
+            "HBM": tensors * B * H * S * D * elem_bytes / c.hbm_bytes_per_s * 1e3}
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,30 @@ class Assessment:
         return text if who is None else f"{text}; {who} at {self.share:.0%} of its speed of light"
 
 
-def assess(c: Ceilings, ms: float, B: int, H: int, S: int, D: int, causal: bool, elem_bytes: int = 2) -> Assessment:
-    floors = attention_floors(c, B, H, S, D, causal, elem_bytes)
+def assess(c: Ceilings, ms: float, B: int, H: int, S: int, D: int, causal: bool, elem_bytes: int = 2,
+           backward: bool = False) -> Assessment:
+    floors = attention_floors(c, B, H, S, D, causal, elem_bytes, backward)
     binding = max(floors, key=floors.get)
     return Assessment(floors, binding, floors[binding] / ms)
+
+
+def check_row(c: Ceilings, figures: dict, shape: tuple, causal: bool, *, yours_judged: bool,
+              backward: bool = False) -> tuple[str, str | None]:
+    """For a speed check's row: (the note placing "yours" and the others against the binding
+    ceiling, why "yours" is impossible or None). figures: name -> ms (None where it could not
+    run); "yours" is placed only where its figure is judged (out of the transfer's noise)."""
+    B, H, S, D = shape
+    light = {n: assess(c, ms, B, H, S, D, causal, backward=backward) for n, ms in figures.items()
+             if ms and (n != "yours" or yours_judged)}
+    if not light:
+        return "", None
+    first = light.get("yours") or next(iter(light.values()))
+    mine = first.describe("yours") if "yours" in light else first.describe(None) + "; yours in noise"
+    others = ", ".join(f"{n} at {a.share:.0%}" for n, a in light.items() if n != "yours")
+    mine = f"  speed of light: {mine}; {others}"
+    a = light.get("yours")
+    if a is None or not a.impossible:
+        return mine, None
+    where = f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}"
+    return mine, (f"{where}: {figures['yours']:.3g} ms against a {a.binding} floor of "
+                  f"{a.floors[a.binding]:.3g} ms")

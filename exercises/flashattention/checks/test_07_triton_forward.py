@@ -362,23 +362,17 @@ def test_speed(sub, mode):
             note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
                  f"{ratio('yours', 'SDPA cuDNN')}")
             note(f"  round trip {timing.round_trip:.3g} ms, of which transfer {timing.transfer:.3g} ms (calibrated)")
-            light = {n: sol.assess(ceilings, ms, B, H, S, D, causal) for n, ms in figures.items()
-                     if ms and not (n == "yours" and timing.within_noise)}
-            first = light.get("yours") or next(iter(light.values()), None)
-            if first is not None:
-                mine = first.describe("yours") if "yours" in light else first.describe(None) + "; yours in noise"
-                note(f"  speed of light: {mine}; " +
-                     ", ".join(f"{n} at {a.share:.0%}" for n, a in light.items() if n != "yours"))
+            light, too_fast = sol.check_row(ceilings, figures, shape, causal, yours_judged=not timing.within_noise)
+            if light:
+                note(light)
             if timing.within_noise:
                 # The kernel is a small part of the round trip: its time is within the transfer's
                 # noise (seen on an H200: 1-5 ms of kernel in 60-120 ms of transfer). No verdict here;
                 # a kernel slow enough to stand out of the transfer is still failed below.
                 note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
                 continue
-            if light["yours"].impossible:
-                impossible.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: {timing.kernel:.3g} ms "
-                                  f"against a {light['yours'].binding} floor of "
-                                  f"{light['yours'].floors[light['yours'].binding]:.3g} ms")
+            if too_fast:
+                impossible.append(too_fast)
                 continue
             if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
                 slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "

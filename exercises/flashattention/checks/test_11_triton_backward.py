@@ -759,7 +759,11 @@ def test_speed(sub, mode):
          "the backward alone in the grader. reference = drill.kernels.flash_attention's backward (default "
          "config); SDPA backends pinned with sdpa_kernel")
     note("B H S D causal | yours | " + " | ".join(n for n, _ in others) + " | yours/reference | yours/SDPA cuDNN")
-    slow = []
+    from drill.kernels.benchmarks import speed_of_light as sol
+
+    ceilings = sol.ceilings()
+    note("ceilings measured in this run: " + ceilings.describe())
+    slow, impossible = [], []
     calibration = _null_subject(sub)
     try:
         for B, H, S, D, causal in SPEED_CASES:
@@ -809,14 +813,25 @@ def test_speed(sub, mode):
             note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
                  f"{ratio('yours', 'SDPA cuDNN')}")
             note(f"  round trip {round_trip:.3g} ms, of which transfer and forward {transfer:.3g} ms (calibrated)")
-            if roundtrip.within_noise(round_trip, transfer):
+            in_noise = roundtrip.within_noise(round_trip, transfer)
+            light, too_fast = sol.check_row(ceilings, figures, shape, causal, yours_judged=not in_noise, backward=True)
+            if light:
+                note(light)
+            if in_noise:
                 note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
+                continue
+            if too_fast:
+                impossible.append(too_fast)
                 continue
             if rate["yours"] and rate["reference"] and rate["yours"] < MIN_SPEED_RATIO * rate["reference"]:
                 slow.append(f"B={B} H={H} S={S} D={D}{' causal' if causal else ''}: yours {rate['yours']:.3g}, "
                             f"reference {rate['reference']:.3g} TFLOP/s")
     finally:
         calibration._subject.close()
+    if impossible:
+        fail("your backward was timed faster than this GPU's speed of light: a measurement error or a forged "
+             "timing, never a pass", called=f"flash_attention_backward on {dtype} inputs at the sizes below",
+             got="; ".join(impossible), expected="no faster than the largest of the matmul, exp and HBM floors")
     if slow:
         fail(f"your backward runs below {MIN_SPEED_RATIO:g}× the reference backward's TFLOP/s",
              called=f"flash_attention_backward on {dtype} inputs at the sizes in the table below",
