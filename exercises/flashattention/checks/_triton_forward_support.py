@@ -328,8 +328,10 @@ def _describe_unwritten(rows: torch.Tensor, strict: bool) -> str:
     return f"some rows were never written (rows {idx}…): is the store's mask or row offset wrong?"
 
 
-def wrong_head(got64: torch.Tensor, ref: torch.Tensor, tol: float) -> str:
-    """If a head's output equals another head's expected output, say which."""
+def wrong_head(got64: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "result",
+               offsets: str = ", and each tensor's start is b·stride_b + h·stride_h") -> str:
+    """If a head's output equals another head's expected output, say which (`what` it holds, and
+    how the kernel's head offsets should be formed)."""
     B, H = ref.shape[:2]
     for b in range(B):
         for h in range(H):
@@ -339,9 +341,8 @@ def wrong_head(got64: torch.Tensor, ref: torch.Tensor, tol: float) -> str:
             for b2 in range(B):
                 for h2 in range(H):
                     if (b2, h2) != (b, h) and float((g - ref[b2, h2]).abs().max()) <= tol:
-                        return (f"head (b={b}, h={h}) holds the result of head (b={b2}, h={h2}): "
-                                "program_id(1) = b·H + h, so b = pid // H and h = pid % H, and each "
-                                "tensor's start is b·stride_b + h·stride_h")
+                        return (f"head (b={b}, h={h}) holds the {what} of head (b={b2}, h={h2}): "
+                                f"program_id(1) = b·H + h, so b = pid // H and h = pid % H{offsets}")
     return ""
 
 

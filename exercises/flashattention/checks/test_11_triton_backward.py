@@ -288,22 +288,6 @@ def name_mistake(case: Case, got, wrong: list[int], tols) -> str:
     return ""
 
 
-def wrong_head(got, ref, tol) -> str:
-    B, H = ref.shape[:2]
-    for b in range(B):
-        for h in range(H):
-            g = got[b, h]
-            if not bool(torch.isfinite(g).all()) or float((g - ref[b, h]).abs().max()) <= tol:
-                continue
-            for b2 in range(B):
-                for h2 in range(H):
-                    if (b2, h2) != (b, h) and float((g - ref[b2, h2]).abs().max()) <= tol:
-                        return (f"head (b={b}, h={h}) holds the gradient of head (b={b2}, h={h2}): program_id(1) "
-                                "= b·H + h, so b = pid // H and h = pid % H; each input's head starts at "
-                                "b·stride_b + h·stride_h, each output's at (b·H + h)·S·D")
-    return ""
-
-
 def unwritten(got, name: str) -> str:
     rows = (got == POISON).all(dim=-1)  # [B, H, S]
     if not bool(rows.any()):
@@ -423,7 +407,8 @@ def diagnose(sub, case: Case, got, ref, tols, wrong: list[int], extra=None) -> s
     if hint:
         return hint
     for i in wrong:
-        hint = wrong_head(got[i], ref[i], tols[i][0])
+        hint = tf.wrong_head(got[i], ref[i], tols[i][0], "gradient",
+                             "; each input's head starts at b·stride_b + h·stride_h, each output's at (b·H + h)·S·D")
         if hint:
             return hint
     if extra is not None:
