@@ -171,9 +171,11 @@ def rank_main(rank: int, world: int, port: int, folder: str, plan: dict, wfd: in
     for case in cases:
         spec = case.get("group")
         spec = None if spec is None else [g for g in spec if g < world]  # the members this world has
-        case["group"] = spec
-        if spec is not None and tuple(spec) not in groups:
+        case["group"] = spec  # a group of fewer than two ranks: the case is not run in this world
+        if spec is not None and len(spec) > 1 and tuple(spec) not in groups:
             groups[tuple(spec)] = dist.new_group(ranks=list(spec))
+    if groups:
+        dist.barrier()  # members still meet through the store after a non-member has left new_group
     _cut_store(port)
     _shut_in(folder)
     r.wrap_distributed()
@@ -206,7 +208,7 @@ def rank_main(rank: int, world: int, port: int, folder: str, plan: dict, wfd: in
     for case in cases:
         name = case["name"]
         spec = case.get("group")
-        if spec is not None and rank not in spec:
+        if spec is not None and (rank not in spec or len(spec) < 2):
             r.barrier()  # outside the group: this rank takes no part in the case
             r.emit(event="case_done", case=name, outside=True)
             continue
@@ -406,6 +408,15 @@ def _warm_up() -> None:
     torch.logsumexp(torch.zeros(2, 2), dim=-1)
 
 
+def _hung_in_group(run: dict, plan: dict) -> bool:
+    """Did the ranks hang in a case with an explicit group? Larger rings are still worth running then."""
+    for case in plan["cases"]:
+        if not all(any(e.get("event") == "case_done" and e.get("case") == case["name"] for e in events)
+                   for events in run["ranks"]):
+            return case.get("group") is not None
+    return False
+
+
 def main(argv: list[str]) -> int:
     (work,) = argv
     _warm_up()
@@ -420,7 +431,7 @@ def main(argv: list[str]) -> int:
             run = {"world": world, "status": "skipped", "after": stuck, "ranks": []}
         else:
             run = run_world(world, work, plan)
-            stuck = world if run["status"] in ("stuck", "init_timeout") else None
+            stuck = world if run["status"] in ("stuck", "init_timeout") and not _hung_in_group(run, plan) else None
         summary["worlds"].append(run)
         # rewritten after every world: a launcher cut short still leaves what it saw
         with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:

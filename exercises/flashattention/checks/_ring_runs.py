@@ -45,10 +45,13 @@ class Case:
     d: int
     spread: float  # q and k entries ~ N(0, spread²): scores ~ N(0, spread⁴)
     poison_last_v: bool = False  # the last shard's V is NaN: only a rank that uses it sees NaN
+    group: tuple | None = None  # the global ranks of an explicit process group (None: the default group)
 
     def call(self, world: int, rank: int) -> str:
-        return (f"ring_attention(q, k, v, group=None, causal={self.causal}) on rank {rank} of {world}, "
-                f"shards [{self.n}, {self.d}] of a sequence of {self.n * world}")
+        members = group_ranks(self, world)
+        group = "None" if self.group is None else f"new_group({members})"
+        return (f"ring_attention(q, k, v, group={group}, causal={self.causal}) on rank {rank} of {world}, "
+                f"shards [{self.n}, {self.d}] of a sequence of {self.n * len(members)}")
 
 
 CASES = (
@@ -57,6 +60,8 @@ CASES = (
     Case("large", causal=False, n=4, d=4, spread=32.0),  # scores of about ±1e3
     Case("large_causal", causal=True, n=4, d=4, spread=32.0),
     Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
+    # Last: code that ignores `group` hangs here, after every other case has finished.
+    Case("group", causal=True, n=4, d=8, spread=1.0, group=(1, 2, 3)),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -66,12 +71,12 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(fixtures.seed(6060 + world))
     arrays = {}
     for case in CASES:
-        s = case.n * world
+        s = case.n * len(group_ranks(case, world))
         q = rng.normal(scale=case.spread, size=(s, case.d))
         k = rng.normal(scale=case.spread, size=(s, case.d))
         v = rng.normal(size=(s, case.d))
         if case.poison_last_v:
-            v[(world - 1) * case.n:] = np.nan
+            v[s - case.n:] = np.nan
         arrays.update({f"{case.name}_q": q, f"{case.name}_k": k, f"{case.name}_v": v})
     return arrays
 
