@@ -183,6 +183,14 @@ def _diagnose(runs, world: int, case: str, rank: int, index: int, got: np.ndarra
                         "went round the ring the wrong way. Send the accumulated dK/dV on in the direction their "
                         "K/V came from (to rank + 1 when K/V arrive from rank - 1), one hop per step, so that "
                         "after W hops they are back on the rank that owns the shard")
+        outs = _outputs(runs, world, case)
+        total = sum(outs[m][index] for m in members)
+        if all(outs[m][index].shape == got.shape for m in members) and matches(
+                total, sum(ref[index][i * c.n:(i + 1) * c.n] for i in range(size)), atol=1e-7):
+            return (f"every share of {name} was computed, but added to the wrong shard's gradient: the sum over "
+                    "all ranks is right, the split is not. The dK/dV accumulated for a shard must travel with that "
+                    "shard's K/V, the same way round (to rank + 1 when K/V come from rank - 1), and reach its "
+                    "owner after W hops")
         q, k, v, o, lse, do = _inputs(runs, world, case)
         own = np.zeros_like(q)
         own[rows] = 1.0
