@@ -28,16 +28,17 @@ PLANTED = ROOT / "tests" / "planted"
 # Every exercise graded the same way on every machine; ring attention (06) and the Triton
 # exercises (07, 10) are graded differently with and without a GPU, so their reports are not fixed.
 # The Triton backward (11) has golden files for its interpreter report: checked only where no GPU
-# driver is found (CPU_ONLY), the case CI runs.
+# driver is found (CPU_ONLY), the case CI runs. The ring backward (12) runs on CPU ranks only.
 EXERCISES = ["online-softmax", "tiling-shapes", "flash-forward", "lse-merge", "flash-backward",
-             "flash-decoding", "paged-attention", "triton-backward", "mla-decode", "block-mask"]
+             "flash-decoding", "paged-attention", "triton-backward", "ring-backward", "mla-decode",
+             "block-mask"]
 CPU_ONLY = {"triton-backward"}
 CASES = ("pass", "fail", "error")
 FAILING = {"online-softmax": "l_not_rescaled", "tiling-shapes": "floor_instead_of_ceil",
            "flash-forward": "missing_scale", "lse-merge": "weights_swapped", "flash-backward": "dq_missing_scale",
            "flash-decoding": "global_normalised", "paged-attention": "head_mod",
            "mla-decode": "rope_dropped", "block-mask": "window_one_too_wide",
-           "triton-backward": "causal_unmasked_in_dkdv"}
+           "triton-backward": "causal_unmasked_in_dkdv", "ring-backward": "left_on_visitor"}
 # (text in the solution, what replaces it): each makes the file ungradable in another way.
 BROKEN = {
     "online-softmax": ("def online_softmax(", "def online_softmax(:"),  # a syntax error
@@ -47,6 +48,7 @@ BROKEN = {
     "flash-backward": ("def flash_attention_backward(", "  def flash_attention_backward("),  # bad indent
     "flash-decoding": ("def flash_decode(", "def flash_decode_renamed("),  # the second function missing
     "paged-attention": ("import numpy as np", "import numpy as np\n\nraise SystemExit(3)"),  # exits on import
+    "ring-backward": ("def ring_attention_backward(", "def ring_attention_backward(:"),  # a syntax error
     "mla-decode": ("def mla_decode(", "def mla_decode_absorbed("),  # the function missing
     "triton-backward": ("import triton\n", "import triton\nimport triton.language.no_such_module\n"),  # a bad import
     "block-mask": ("import math", "import math\n\nWINDOW = default_window"),  # a NameError on import

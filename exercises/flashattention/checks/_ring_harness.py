@@ -21,7 +21,8 @@ ranks. Each rank
   * wraps the torch.distributed functions so every collective and every send/recv is
     written down (advice for honest users: a rank can undo this, so it may fail a check
     but never passes one), imports the user's file, and
-  * calls ring_attention on its shard of every case, saving (o, lse) in its folder.
+  * calls the function the plan names (ring_attention unless told) on its shards of every
+    case, with the explicit process group a case asks for, saving its outputs in its folder.
 Ranks report over a pipe, one JSON object per line. This process kills ranks that stop
 making progress (a deadlock) and writes WORK_DIR/summary.json with every rank's events.
 They die with this process (PR_SET_PDEATHSIG); the grader ends the whole tree at the end.
@@ -145,7 +146,11 @@ def _as_array(x):
     return x.detach().to("cpu", torch.float64).numpy()
 
 
-def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cases: list, wfd: int) -> None:
+def rank_main(rank: int, world: int, port: int, folder: str, plan: dict, wfd: int) -> None:
+    user_name, cases = plan["user_file"], plan["cases"]
+    function = plan.get("function", "ring_attention")
+    in_names = plan.get("inputs", ["q", "k", "v"])
+    out_names = plan.get("outputs", ["o", "lse"])
     r = Rank(rank, world, wfd)
     r.emit(event="start")
     _die_with_parent()
@@ -161,6 +166,16 @@ def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cas
     except BaseException as exc:  # noqa: BLE001
         r.emit(event="init_error", **_describe(exc, ""))
         return
+    # Explicit groups are made now, by every rank and in the same order, while the store still works.
+    groups = {}
+    for case in cases:
+        spec = case.get("group")
+        spec = None if spec is None else [g for g in spec if g < world]  # the members this world has
+        case["group"] = spec  # a group of fewer than two ranks: the case is not run in this world
+        if spec is not None and len(spec) > 1 and tuple(spec) not in groups:
+            groups[tuple(spec)] = dist.new_group(ranks=list(spec))
+    if groups:
+        dist.barrier()  # members still meet through the store after a non-member has left new_group
     _cut_store(port)
     _shut_in(folder)
     r.wrap_distributed()
@@ -178,10 +193,10 @@ def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cas
         module = importlib.util.module_from_spec(spec)
         sys.modules["submission"] = module
         spec.loader.exec_module(module)
-        fn = module.ring_attention
+        fn = getattr(module, function)
     except _InitAtImport:
         r.emit(event="load_error", type="RuntimeError", line=None,
-               message="your file sets up a process group when it is imported; ring_attention must use the caller's")
+               message=f"your file sets up a process group when it is imported; {function} must use the caller's")
         return
     except BaseException as exc:  # noqa: BLE001 - reported, never raised
         r.emit(event="load_error", **_describe(exc, user_file))
@@ -192,28 +207,33 @@ def rank_main(rank: int, world: int, port: int, folder: str, user_name: str, cas
 
     for case in cases:
         name = case["name"]
-        shards = [torch.from_numpy(np.ascontiguousarray(inputs[f"{name}_{t}"])).clone() for t in "qkv"]
+        spec = case.get("group")
+        if spec is not None and (rank not in spec or len(spec) < 2):
+            r.barrier()  # outside the group: this rank takes no part in the case
+            r.emit(event="case_done", case=name, outside=True)
+            continue
+        group = None if spec is None else groups[tuple(spec)]
+        shards = [torch.from_numpy(np.ascontiguousarray(inputs[f"{name}_{t}"])).clone() for t in in_names]
         before = [s.clone() for s in shards]
         r.barrier()
         r.case = name
         counter = _flop_counter()
         try:
             with counter:
-                out = fn(*shards, group=None, causal=bool(case["causal"]))
+                out = fn(*shards, group=group, causal=bool(case["causal"]))
         except BaseException as exc:  # noqa: BLE001 - the rank stops here; the launcher sees why
             r.case = None
             r.emit(event="case_error", case=name, **_describe(exc, user_file))
             return
         r.case = None
-        changed = [t for t, a, b in zip("qkv", shards, before)
+        changed = [t for t, a, b in zip(in_names, shards, before)
                    if a.shape != b.shape or not torch.equal(a.nan_to_num(7.25), b.nan_to_num(7.25))]
         result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__,
                   "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None}
-        if isinstance(out, (tuple, list)) and len(out) == 2:
-            o, lse = out
-            result["types"] = [type(o).__name__, type(lse).__name__]
-            result["shapes"] = [list(x.shape) if hasattr(x, "shape") else None for x in (o, lse)]
-            for key, x in (("o", o), ("lse", lse)):
+        if isinstance(out, (tuple, list)) and len(out) == len(out_names):
+            result["types"] = [type(x).__name__ for x in out]
+            result["shapes"] = [list(x.shape) if hasattr(x, "shape") else None for x in out]
+            for key, x in zip(out_names, out):
                 array = _as_array(x)
                 if array is not None:
                     np.save(os.path.join(folder, f"out_{name}_{key}.npy"), array, allow_pickle=False)
@@ -308,7 +328,7 @@ def run_world(world: int, work: str, plan: dict) -> dict:
                 for other in ranks:
                     os.close(other["fd"])
                 folder = os.path.join(work, "ranks", f"W{world}_r{rank}")
-                rank_main(rank, world, port, folder, plan["user_file"], plan["cases"], wfd)
+                rank_main(rank, world, port, folder, plan, wfd)
             except BaseException:  # noqa: BLE001
                 code = 1
             finally:
@@ -388,6 +408,15 @@ def _warm_up() -> None:
     torch.logsumexp(torch.zeros(2, 2), dim=-1)
 
 
+def _hung_in_group(run: dict, plan: dict) -> bool:
+    """Did the ranks hang in a case with an explicit group? Larger rings are still worth running then."""
+    for case in plan["cases"]:
+        if not all(any(e.get("event") == "case_done" and e.get("case") == case["name"] for e in events)
+                   for events in run["ranks"]):
+            return case.get("group") is not None
+    return False
+
+
 def main(argv: list[str]) -> int:
     (work,) = argv
     _warm_up()
@@ -402,7 +431,7 @@ def main(argv: list[str]) -> int:
             run = {"world": world, "status": "skipped", "after": stuck, "ranks": []}
         else:
             run = run_world(world, work, plan)
-            stuck = world if run["status"] in ("stuck", "init_timeout") else None
+            stuck = world if run["status"] in ("stuck", "init_timeout") and not _hung_in_group(run, plan) else None
         summary["worlds"].append(run)
         # rewritten after every world: a launcher cut short still leaves what it saw
         with open(os.path.join(work, "summary.json"), "w", encoding="utf-8") as f:

@@ -45,10 +45,13 @@ class Case:
     d: int
     spread: float  # q and k entries ~ N(0, spread²): scores ~ N(0, spread⁴)
     poison_last_v: bool = False  # the last shard's V is NaN: only a rank that uses it sees NaN
+    group: tuple | None = None  # the global ranks of an explicit process group (None: the default group)
 
     def call(self, world: int, rank: int) -> str:
-        return (f"ring_attention(q, k, v, group=None, causal={self.causal}) on rank {rank} of {world}, "
-                f"shards [{self.n}, {self.d}] of a sequence of {self.n * world}")
+        members = group_ranks(self, world)
+        group = "None" if self.group is None else f"new_group({members})"
+        return (f"ring_attention(q, k, v, group={group}, causal={self.causal}) on rank {rank} of {world}, "
+                f"shards [{self.n}, {self.d}] of a sequence of {self.n * len(members)}")
 
 
 CASES = (
@@ -57,6 +60,8 @@ CASES = (
     Case("large", causal=False, n=4, d=4, spread=32.0),  # scores of about ±1e3
     Case("large_causal", causal=True, n=4, d=4, spread=32.0),
     Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
+    # Last: code that ignores `group` hangs here, after every other case has finished.
+    Case("group", causal=True, n=4, d=8, spread=1.0, group=(1, 2, 3)),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -66,12 +71,12 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(fixtures.seed(6060 + world))
     arrays = {}
     for case in CASES:
-        s = case.n * world
+        s = case.n * len(group_ranks(case, world))
         q = rng.normal(scale=case.spread, size=(s, case.d))
         k = rng.normal(scale=case.spread, size=(s, case.d))
         v = rng.normal(size=(s, case.d))
         if case.poison_last_v:
-            v[(world - 1) * case.n:] = np.nan
+            v[s - case.n:] = np.nan
         arrays.update({f"{case.name}_q": q, f"{case.name}_k": k, f"{case.name}_v": v})
     return arrays
 
@@ -79,8 +84,11 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
 class Runs:
     """Everything the ranks reported, for every world size."""
 
-    def __init__(self, inputs: dict, summary: dict | None, results: dict, launch_error: str = ""):
+    def __init__(self, inputs: dict, summary: dict | None, results: dict, launch_error: str = "",
+                 cases=CASES, function: str = "ring_attention", names: str | tuple = "qkv"):
         self.inputs = inputs
+        self.cases, self.function, self.names = tuple(cases), function, tuple(names)
+        self.by_name = {c.name: c for c in self.cases}
         self.results = results  # (world, rank, case) -> {"o": array, "lse": array}, read by the grader
         self.launch_error = launch_error
         self.worlds = {}
@@ -111,7 +119,7 @@ class Runs:
                 if "op" in e and e.get("phase") != "exit" and (case is None or e.get("case") == case)]
 
     def full(self, world: int, case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return tuple(self.inputs[world][f"{case}_{t}"] for t in "qkv")
+        return tuple(self.inputs[world][f"{case}_{t}"] for t in self.names)
 
     # ---- why a case has no result
 
@@ -140,10 +148,11 @@ class Runs:
                             "this is a problem of the machine or of drill, not of your code")
                 if kind == "case_error":
                     if e["type"] == "NotImplementedError":
-                        return f"not written yet: ring_attention raises NotImplementedError{_where(e)}; replace the TODO"
+                        return (f"not written yet: {self.function} raises NotImplementedError{_where(e)}; "
+                                "replace the TODO")
                     return (f"with W = {world}, rank {rank} raised {e['type']}"
                             f"{': ' + e['message'] if e['message'] else ''}{_where(e)} in the case "
-                            f"'{e['case']}' ({_case_words(e['case'])})")
+                            f"'{e['case']}' ({_case_words(e['case'], self.by_name)})")
                 if kind == "died":
                     return (f"with W = {world}, rank {rank} ended abruptly (os._exit, a crash, or out of memory) "
                             "before it finished")
@@ -155,14 +164,15 @@ class Runs:
 
     def _deadlock(self, world: int, run: dict) -> str:
         last_ops = []
-        finished_by_all = len(CASES)
+        cases = self.cases
+        finished_by_all = len(cases)
         for events in run["ranks"]:
             done = {e["case"] for e in events if e.get("event") == "case_done"}
-            finished_by_all = min(finished_by_all, next((i for i, c in enumerate(CASES) if c.name not in done),
-                                                        len(CASES)))
+            finished_by_all = min(finished_by_all, next((i for i, c in enumerate(cases) if c.name not in done),
+                                                        len(cases)))
             last_ops.append(_open_blocking([e for e in events if "op" in e]))
-        stuck_case = CASES[finished_by_all].name if finished_by_all < len(CASES) else None
-        where = f" in the case '{stuck_case}' ({_case_words(stuck_case)})" if stuck_case else ""
+        stuck_case = cases[finished_by_all].name if finished_by_all < len(cases) else None
+        where = f" in the case '{stuck_case}' ({_case_words(stuck_case, self.by_name)})" if stuck_case else ""
         head = f"ranks deadlocked: with W = {world}, the ranks made no progress for {PROGRESS_LIMIT_S:g} s{where}"
         if all(op in ("send", "send_object_list") for op in last_ops):
             return (head + "; every rank is inside a blocking dist.send, and none has posted a receive. "
@@ -199,8 +209,8 @@ def _where(e: dict) -> str:
     return f" (your file, line {e['line']})" if e.get("line") else ""
 
 
-def _case_words(name: str) -> str:
-    c = BY_NAME.get(name)
+def _case_words(name: str, by_name=None) -> str:
+    c = (BY_NAME if by_name is None else by_name).get(name)
     if c is None:
         return name
     bits = ["causal" if c.causal else "no mask", f"[{c.n}, {c.d}] per rank"]
@@ -208,12 +218,18 @@ def _case_words(name: str) -> str:
         bits.append("scores of about ±1e3")
     if c.poison_last_v:
         bits.append("the last shard's V is NaN")
+    if getattr(c, "group", None) is not None:
+        bits.append(f"an explicit process group of ranks {list(c.group)}")
     return ", ".join(bits)
 
 
-def launch(subject, user_file: str) -> Runs:
-    """Lay out the scratch folder, run the harness in the sandbox, read what the ranks left."""
-    inputs = {w: make_inputs(w) for w in WORLDS}
+def launch(subject, user_file: str, cases=CASES, make=None, function: str = "ring_attention",
+           names: str | tuple = "qkv", outputs: tuple = ("o", "lse")) -> Runs:
+    """Lay out the scratch folder, run the harness in the sandbox, read what the ranks left.
+
+    `make(world)` gives the full arrays `{case}_{name}` (rows = positions); a case with a `group`
+    (global ranks) shards its sequence over the group's members only, in group order."""
+    inputs = {w: (make or make_inputs)(w) for w in WORLDS}
     work = subject.script_scratch("ring")
     shutil.copyfile(HARNESS, work / HARNESS.name)
     for module in ("sandbox", "seccomp", "namespaces"):
@@ -227,12 +243,17 @@ def launch(subject, user_file: str) -> Runs:
             folder.mkdir(parents=True)
             (folder / name).write_bytes(source)
             shards = {}
-            for case in CASES:
-                rows = slice(rank * case.n, (rank + 1) * case.n)
-                shards.update({f"{case.name}_{t}": arrays[f"{case.name}_{t}"][rows] for t in "qkv"})
+            for case in cases:
+                members = group_ranks(case, w)
+                if rank not in members:
+                    continue
+                at = members.index(rank)
+                rows = slice(at * case.n, (at + 1) * case.n)
+                shards.update({f"{case.name}_{t}": arrays[f"{case.name}_{t}"][rows] for t in names})
             np.savez(folder / "inputs.npz", **shards)
     plan = {"worlds": list(WORLDS), "progress_limit_s": PROGRESS_LIMIT_S, "user_file": name,
-            "cases": [{"name": c.name, "causal": c.causal} for c in CASES]}
+            "function": function, "inputs": list(names), "outputs": list(outputs),
+            "cases": [{"name": c.name, "causal": c.causal, "group": _group_spec(c)} for c in cases]}
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
     code, tail = subject.run_script(work, HARNESS.name, [str(work)], LAUNCH_LIMIT_S, sockets=True)
     error = ""
@@ -252,12 +273,23 @@ def launch(subject, user_file: str) -> Runs:
     for w in WORLDS:
         for rank in range(w):
             folder = work / "ranks" / f"W{w}_r{rank}"
-            for case in CASES:
+            for case in cases:
                 found = {key: load_array(folder / f"out_{case.name}_{key}.npy", RESULT_LIMIT_BYTES)
-                         for key in ("o", "lse")}
+                         for key in outputs}
                 results[(w, rank, case.name)] = {k: a.astype(np.float64) for k, a in found.items()
                                                  if a is not None and a.dtype.kind in "fiu"}
-    return Runs(inputs, summary, results, error)
+    return Runs(inputs, summary, results, error, cases, function, names)
+
+
+def group_ranks(case, world: int) -> list[int]:
+    """The global ranks that take part in a case, in group order (every rank unless it names a group)."""
+    group = getattr(case, "group", None)
+    return list(range(world)) if group is None else [g for g in group if g < world]
+
+
+def _group_spec(case):
+    group = getattr(case, "group", None)
+    return None if group is None else list(group)
 
 
 # --------------------------------------------------------------------------- float64 attention

@@ -18,12 +18,12 @@ import pytest
 from drill.grader import submission
 from drill.grader.expect import CheckFailure, close, fail, matches, show
 
-from ._ring_runs import BY_NAME, CASES, WORLDS, combine, launch, partials, shard_of
+from ._ring_runs import BY_NAME, CASES, WORLDS, combine, group_ranks, launch, partials, shard_of
 
 P2P_SENDS = ("send", "isend", "send_object_list")
 P2P_RECVS = ("recv", "irecv", "recv_object_list")
 P2P = P2P_SENDS + P2P_RECVS + ("batch_isend_irecv",)
-TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9}
+TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,9 @@ def _outputs(runs, world: int, case: str) -> list[tuple[np.ndarray, np.ndarray]]
     out = []
     for rank in range(world):
         event = runs.done(world, rank, case)
+        if event.get("outside"):
+            out.append((None, None))  # not a member of the case's group: it returned nothing
+            continue
         arrays = runs.arrays(world, rank, case)
         call = c.call(world, rank)
         if event.get("types") is None:
@@ -259,7 +262,7 @@ def test_ring_neighbours(runs):
             continue
         checked = True
         for rank in range(world):
-            ops = runs.ops(world, rank)
+            ops = [op for c in CASES if c.group is None for op in runs.ops(world, rank, c.name)]
             to, frm = set(_sends(ops)), set(_receives(ops))
             if not to and not frm:
                 fail(f"rank {rank} of {world} made no point-to-point send or receive",
@@ -348,7 +351,7 @@ def test_inputs_unchanged(runs):
         for case in _completed(runs, world):
             finished = True
             for rank in range(world):
-                changed = runs.done(world, rank, case)["changed"]
+                changed = runs.done(world, rank, case).get("changed")
                 if changed:
                     fail(f"rank {rank}'s {' and '.join(changed)} changed during the call (W = {world})",
                          called=BY_NAME[case].call(world, rank), got=f"{', '.join(changed)} overwritten",
@@ -357,3 +360,32 @@ def test_inputs_unchanged(runs):
                               "tensors: the caller still owns its shard")
     if not finished:
         fail(runs.problem(WORLDS[0], "plain") or "no case finished", called="ring_attention on each rank")
+
+
+def test_explicit_group(runs):
+    """With an explicit process group of some of the ranks, only its members take part, in its order"""
+    c = BY_NAME["group"]
+    for world in (3, 4):
+        members = group_ranks(c, world)
+        why = runs.problem(world, "group")
+        if why:
+            hung = "ranks stuck" in why or "deadlocked" in why or "hung" in why
+            fail(why, called=c.call(world, members[0]),
+                 hint="" if not hung else "only the group's members call ring_attention here: take rank and size from "
+                      "dist.get_rank(group) and dist.get_world_size(group), and name each peer by its global rank "
+                      "(dist.get_global_rank(group, r)) with the group passed to every send and receive")
+        outs = _outputs(runs, world, "group")
+        q, k, v = runs.full(world, "group")
+        _, (o_ref, l_ref) = (None, combine(partials(q, k, v, c.n, visible(len(members), c.n, c.causal))))
+        for at, rank in enumerate(members):
+            o, lse = outs[rank]
+            rows = slice(at * c.n, (at + 1) * c.n)
+            hint = (f"rank {rank} is rank {at} of the group: take rank and size from dist.get_rank(group) and "
+                    "dist.get_world_size(group), and name peers by their global rank "
+                    "(dist.get_global_rank(group, r)) in every send and receive")
+            for got, want, what in ((o, o_ref, "o"), (lse, l_ref, "lse")):
+                if got is None or np.shape(got) != np.shape(want[rows]):
+                    fail(f"rank {rank}'s {what} has the wrong shape", called=c.call(world, rank),
+                         got=f"shape {np.shape(got)}", expected=f"shape {np.shape(want[rows])}")
+                close(got, want[rows], c.call(world, rank), atol=TOL["group"], rtol=TOL["group"],
+                      what=f"rank {rank}'s {what}", hint=hint)
