@@ -14,7 +14,7 @@ from drill import cards, mathtext
 TOPIC = "flashattention"
 EXERCISE_IDS = {
     "online-softmax", "tiling-shapes", "flash-forward", "lse-merge",
-    "flash-backward", "ring-attention", "triton-forward", "triton-backward",
+    "flash-backward", "ring-attention", "triton-forward", "triton-backward", "ring-backward",
 }
 MAIN_QUESTIONS = {
     "main-explain-flashattention", "main-online-softmax", "main-why-faster", "main-ring-lse-merge",

@@ -218,8 +218,9 @@ def test_docs_say_what_each_exercise_needs():
 
 
 @pytest.mark.slow
-def test_ring_attention_times_each_check_from_its_set_up(tmp_path):
-    ex = TOPIC.get("ring-attention")
+@pytest.mark.parametrize("ex_id", ["ring-attention", "ring-backward"])
+def test_ring_exercises_time_each_check_from_its_set_up(tmp_path, ex_id):
+    ex = TOPIC.get(ex_id)
     pytest.importorskip("torch")
     path = tmp_path / ex.file
     shutil.copy(ex.solution_path, path)
