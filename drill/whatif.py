@@ -51,6 +51,10 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     checks: list[str] = field(default_factory=list)  # every check that was graded, by name
+    # A survivor, compared with the original on every call of a second grading on fresh inputs:
+    # True (same values each time), False (a gap in the checks: `evidence` says where), None (not compared)
+    equivalent: bool | None = None
+    evidence: str = ""
 
     @property
     def killed(self) -> bool:
@@ -79,8 +83,8 @@ class Outcome:
 
     @classmethod
     def from_json(cls, doc: dict) -> "Outcome":
-        return cls(**{k: doc[k] for k in ("status", "failed", "diagnoses", "message", "seconds", "checks")
-                      if k in doc})
+        return cls(**{k: doc[k] for k in ("status", "failed", "diagnoses", "message", "seconds", "checks",
+                                          "equivalent", "evidence") if k in doc})
 
 
 def _count(n: int) -> str:
@@ -113,14 +117,39 @@ def file_key(source: bytes, exercise: Exercise) -> str:
     return digest.hexdigest()[:32]
 
 
-def grade_source(exercise: Exercise, source: str, timeout: float) -> Outcome:
-    """Grade one version of the file in the sandbox (it is written to a private folder first)."""
+def grade_source(exercise: Exercise, source: str, timeout: float, original: str | None = None) -> Outcome:
+    """Grade one version of the file in the sandbox (it is written to a private folder first).
+
+    With `original`, a survivor is graded once more on fresh inputs with the original file
+    as a shadow: every call the checks make is repeated on it and the results compared, so
+    the survivor is labelled equivalent (the same values on every call) or a gap in the checks.
+    """
     from drill.grader.runner import grade
 
     with tempfile.TemporaryDirectory(prefix="drill-whatif-") as folder:
         path = Path(folder) / exercise.file
         path.write_text(source, encoding="utf-8")
-        return outcome_of(grade(exercise, path, timeout))
+        outcome = outcome_of(grade(exercise, path, timeout))
+        if outcome.status == "survives" and original is not None:
+            compared = grade(exercise, path, timeout, shadow=original.encode("utf-8"))
+            outcome.equivalent, outcome.evidence = equivalence_of(compared)
+        return outcome
+
+
+def equivalence_of(result: GradeResult) -> tuple[bool | None, str]:
+    """What a shadowed grading says about a survivor: (equivalent?, in words)."""
+    seen = result.equivalence
+    if not seen:
+        return None, "not compared (the comparison run did not finish)"
+    if seen.get("differs"):
+        return False, f"it gives other values than your file: {seen['differs']}"
+    if result.status != "pass":
+        failed = [c.name for c in result.checks if c.status == "fail"]
+        return False, "graded again on new random inputs it fails" + (f" «{failed[0]}»" if failed else "")
+    if not seen.get("compared"):
+        return None, "not compared (the checks made no call to compare)"
+    return True, (f"the same values as your file on all {seen['compared']} calls the checks made "
+                  "on fresh random inputs")
 
 
 class Grading:
@@ -130,13 +159,14 @@ class Grading:
     """
 
     def __init__(self, exercise: Exercise, mutants: list[Mutant], cached: dict[str, dict],
-                 timeout: float = MUTANT_TIMEOUT_S, jobs: int = JOBS):
+                 timeout: float = MUTANT_TIMEOUT_S, jobs: int = JOBS, original: str | None = None):
         self.ready: dict[str, Outcome] = {m.id: Outcome.from_json(cached[m.id]) for m in mutants if m.id in cached}
         self.fresh: list[str] = []  # graded in this session, to be saved
         self.total = len(mutants)
         self._pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="drill-whatif")
         self._futures: dict[str, Future] = {
-            m.id: self._pool.submit(grade_source, exercise, m.source, timeout) for m in mutants if m.id not in self.ready}
+            m.id: self._pool.submit(grade_source, exercise, m.source, timeout, original)
+            for m in mutants if m.id not in self.ready}
 
     def done(self) -> int:
         return len(self.ready) + sum(1 for mid, f in self._futures.items() if f.done() and mid not in self.ready)
