@@ -23,6 +23,7 @@ from drill.grader.result import GradeResult
 from drill.mutate import Mutant
 
 ORIGINAL = "original"  # the cache entry of the unmutated file
+OUTCOME_VERSION = b"2"  # 2: survivors compared with the original; a new version grades again
 MUTANT_TIMEOUT_S = 10.0  # a passing NumPy file grades in 1-2 s; a mutant that loops is stopped early
 JOBS = 2
 SHOWN_DIAGNOSES = 3
@@ -60,23 +61,24 @@ class Outcome:
     def killed(self) -> bool:
         return self.status != "survives"
 
-    def label(self, total: int = 0) -> str:
+    def label(self, total: int = 0, lang: str = "en") -> str:
         """The outcome as one multiple-choice answer (`total`: how many checks there are); two
         outcomes with one label are the same answer."""
-        if self.status == "survives":
-            return "every check still passes"
-        if self.status == "timeout":
-            return "runs past the time limit (an endless loop?)"
-        if self.status == "error":
-            return "cannot even be graded (it does not import)"
+        w = LABELS[lang]
+        if self.status in ("survives", "timeout", "error"):
+            return w[self.status]
         if self.status == "raises":
-            return f"raises {self.message} in {_count(len(self.failed))}"
+            count = w["every"] if not self.failed else w["checks"].format(n=len(self.failed)) if lang == "zh" else \
+                f"{len(self.failed)} check" + ("s" if len(self.failed) != 1 else "")
+            return w["raises"].format(error=self.message, count=count)
         if len(self.failed) == 1:
-            return f"fails only «{self.failed[0]}»"
+            return w["one"].format(a=self.failed[0])
         if len(self.failed) == 2:
-            return f"fails «{self.failed[0]}» and «{self.failed[1]}»"
+            return w["two"].format(a=self.failed[0], b=self.failed[1])
+        if lang == "zh":
+            return w["many"].format(n=len(self.failed), total=f"{total} 项检查中 " if total else "", a=self.failed[0])
         of = f" of {total}" if total else ""
-        return f"fails {len(self.failed)}{of} checks, the first «{self.failed[0]}»"
+        return w["many"].format(n=len(self.failed), total=of, a=self.failed[0])
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -87,8 +89,16 @@ class Outcome:
                                           "equivalent", "evidence") if k in doc})
 
 
-def _count(n: int) -> str:
-    return "every check" if n == 0 else f"{n} check" + ("s" if n != 1 else "")
+LABELS = {
+    "en": {"survives": "every check still passes", "timeout": "runs past the time limit (an endless loop?)",
+           "error": "cannot even be graded (it does not import)", "raises": "raises {error} in {count}",
+           "every": "every check", "one": "fails only «{a}»", "two": "fails «{a}» and «{b}»",
+           "many": "fails {n}{total} checks, the first «{a}»"},
+    "zh": {"survives": "所有检查仍然通过", "timeout": "超出时间限制(死循环?)",
+           "error": "根本无法评分(文件无法导入)", "raises": "在{count}中抛出 {error}",
+           "every": "所有检查", "checks": " {n} 项检查", "one": "只有«{a}»失败", "two": "«{a}»和«{b}»失败",
+           "many": "{total}{n} 项失败,第一项是«{a}»"},
+}
 
 
 def outcome_of(result: GradeResult) -> Outcome:
@@ -103,7 +113,7 @@ def outcome_of(result: GradeResult) -> Outcome:
     hung = any(c.message.startswith("did not finish") for c in failed) or "not run in the" in result.message
     if "timed out" in result.message or hung:  # a check hung; the grader stopped it (and maybe the rest)
         return Outcome("timeout", names, diagnoses, result.message, result.seconds)
-    raised = [re.match(r"your code raised (\w+)", c.message) for c in failed]
+    raised = [re.match(r"your code raised (?:an? numpy )?(\w+)", c.message) for c in failed]
     if failed and all(raised):
         kinds = sorted({m.group(1) for m in raised})
         return Outcome("raises", names, diagnoses, " or ".join(kinds), result.seconds)
@@ -113,7 +123,7 @@ def outcome_of(result: GradeResult) -> Outcome:
 def file_key(source: bytes, exercise: Exercise) -> str:
     """The cache key of a file: its bytes and the checks that grade it (new checks, new outcomes)."""
     digest = hashlib.sha256(source)
-    digest.update(b"\0" + exercise.checks_path.read_bytes())
+    digest.update(b"\0" + exercise.checks_path.read_bytes() + b"\0" + OUTCOME_VERSION)
     return digest.hexdigest()[:32]
 
 
@@ -199,7 +209,7 @@ class Question:
 
 
 def question(mutant: Mutant, outcome: Outcome, others: list[Outcome], checks: list[str],
-             size: int = 4) -> Question:
+             size: int = 4, lang: str = "en") -> Question:
     """Multiple choice: the real outcome and distractors from other mutants' outcomes and other checks.
 
     `checks` are the names of every check the file passed, so a distractor can always name one.
@@ -207,12 +217,12 @@ def question(mutant: Mutant, outcome: Outcome, others: list[Outcome], checks: li
     """
     rng = random.Random(mutant.id)
     total = len(checks)
-    right = outcome.label(total)
+    right = outcome.label(total, lang)
     pool = [Outcome("survives")] + [o for o in others] + [Outcome("fails", [name]) for name in checks] + [
         Outcome("raises", [], message="an exception"), Outcome("timeout")]
     distractors: list[str] = []
     for candidate in pool[:1] + rng.sample(pool[1:], len(pool) - 1):
-        label = candidate.label(total)
+        label = candidate.label(total, lang)
         if label != right and label not in distractors:
             distractors.append(label)
         if len(distractors) == size - 1:
@@ -229,3 +239,62 @@ def card_for(mutant: Mutant, exercise: Exercise, deck_ids: set[str]) -> str | No
             return card_id
     return next((c for c in exercise.cards if c in deck_ids), None)
 
+
+
+# -- what-if cards: questions about the learner's own code, scheduled with FSRS --------------
+
+CARD_TAG = "about your code"
+NEW_PER_QUIZ = 5  # what-if questions never asked before that one quiz session may bring in
+
+
+def card_id(exercise: Exercise, mutant_id: str) -> str:
+    """The FSRS card of one what-if question: its exercise and the mutant's id, itself derived
+    from the operator and the normalised change, so it survives edits elsewhere in the file."""
+    return f"whatif:{exercise.key}:{mutant_id}"
+
+
+@dataclass
+class CodeCard:
+    id: str
+    exercise: Exercise
+    path: Path
+    question: Question
+    checks: list[str]  # every check the file passes
+
+
+def code_cards(store, exercises: list[Exercise], lang: str = "en") -> list[CodeCard]:
+    """The what-if questions about each exercise's latest passing file whose outcomes are graded.
+
+    Outcomes are cached under a hash of the file, so once the learner edits it, the questions
+    about the old version retire; grading the new one (`drill whatif`) brings them back.
+    """
+    from drill import mutate, userfile
+
+    found: list[CodeCard] = []
+    for ex in exercises:
+        if ex.needs != "cpu":
+            continue
+        passing = [a for a in store.attempts(ex.key) if a.status == "pass"]
+        if not passing:
+            continue
+        path = Path(passing[-1].file)
+        try:
+            raw = userfile.read_bytes(path)
+        except (userfile.UnreadableFile, OSError):
+            continue
+        cached = store.mutant_outcomes(file_key(raw, ex))
+        baseline = cached.get(ORIGINAL)
+        if baseline is None or baseline.get("status") != "survives" or len(cached) < 2:
+            continue
+        try:
+            source = raw.decode("utf-8")
+            every = mutate.mutants(source)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        graded = [(m, Outcome.from_json(cached[m.id])) for m in every if m.id in cached]
+        graded = [(m, o) for m, o in graded if o.status != "error"]
+        checks = Outcome.from_json(baseline).checks
+        for m, o in graded:
+            others = [other for n, other in graded if n.id != m.id]
+            found.append(CodeCard(card_id(ex, m.id), ex, path, question(m, o, others, checks, lang=lang), checks))
+    return found
