@@ -406,3 +406,11 @@ def test_dev_mutants_refuses_what_it_cannot_score():
     assert drill("dev", "mutants", "nonsense").returncode == 2
     done = drill("dev", "mutants", "triton-forward")
     assert done.returncode == 2 and "NumPy exercises" in done.stderr
+
+
+def test_a_pass_of_drill_check_is_the_baseline_of_whatif(lse_file: Path):
+    done = drill("check", str(lse_file))
+    assert done.returncode == 0, done.stderr
+    with Store() as store:
+        baseline = store.mutant_outcomes(whatif.file_key(lse_file.read_bytes(), LSE))[whatif.ORIGINAL]
+    assert baseline["status"] == "survives" and len(baseline["checks"]) >= 10
