@@ -127,19 +127,22 @@ def file_key(source: bytes, exercise: Exercise) -> str:
     return digest.hexdigest()[:32]
 
 
-def grade_source(exercise: Exercise, source: str, timeout: float, original: str | None = None) -> Outcome:
+def grade_source(exercise: Exercise, source: str, timeout: float, original: str | None = None,
+                 first_failure: bool = False) -> Outcome:
     """Grade one version of the file in the sandbox (it is written to a private folder first).
 
     With `original`, a survivor is graded once more on fresh inputs with the original file
     as a shadow: every call the checks make is repeated on it and the results compared, so
     the survivor is labelled equivalent (the same values on every call) or a gap in the checks.
+    `first_failure` stops at the first failing check: enough to know the mutant is killed (the
+    mutation score), not to ask which checks fail.
     """
     from drill.grader.runner import grade
 
     with tempfile.TemporaryDirectory(prefix="drill-whatif-") as folder:
         path = Path(folder) / exercise.file
         path.write_text(source, encoding="utf-8")
-        outcome = outcome_of(grade(exercise, path, timeout))
+        outcome = outcome_of(grade(exercise, path, timeout, first_failure=first_failure))
         if outcome.status == "survives" and original is not None:
             # Every call runs twice (mutant, then original): twice the time.
             compared = grade(exercise, path, 2 * timeout, shadow=original.encode("utf-8"))
@@ -169,13 +172,14 @@ class Grading:
     """
 
     def __init__(self, exercise: Exercise, mutants: list[Mutant], cached: dict[str, dict],
-                 timeout: float = MUTANT_TIMEOUT_S, jobs: int = JOBS, original: str | None = None):
+                 timeout: float = MUTANT_TIMEOUT_S, jobs: int = JOBS, original: str | None = None,
+                 first_failure: bool = False):
         self.ready: dict[str, Outcome] = {m.id: Outcome.from_json(cached[m.id]) for m in mutants if m.id in cached}
         self.fresh: list[str] = []  # graded in this session, to be saved
         self.total = len(mutants)
         self._pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="drill-whatif")
         self._futures: dict[str, Future] = {
-            m.id: self._pool.submit(grade_source, exercise, m.source, timeout, original)
+            m.id: self._pool.submit(grade_source, exercise, m.source, timeout, original, first_failure)
             for m in mutants if m.id not in self.ready}
 
     def done(self) -> int:
@@ -349,7 +353,8 @@ def score_file(exercise: Exercise, label: str, path: Path, timeout: float = MUTA
     source = path.read_text(encoding="utf-8")
     found = mutate.mutants(source)
     started = time.monotonic()
-    grading = Grading(exercise, found, {}, timeout, jobs, original=source)
+    # Killed or not is all a score needs: each grading stops at its first failing check.
+    grading = Grading(exercise, found, {}, timeout, jobs, original=source, first_failure=True)
     graded, first = [], 0.0
     try:
         for i, m in enumerate(found, start=1):

@@ -104,7 +104,7 @@ def mutants(target: str, as_json: bool, variants: bool, jobs: int | None) -> Non
     if ex.needs != "cpu":
         cannot(f"mutation scores cover the NumPy exercises; {ex.id} runs {ex.needs} code")
     files = [("solution", ex.solution_path)]
-    corpus = paths.exercises_root().parent / "tests" / "variants" / ex.topic / ex.id
+    corpus = paths.exercises_root().resolve().parent / "tests" / "variants" / ex.topic / ex.id
     if variants and corpus.is_dir():
         files += [(p.stem, p) for p in sorted(corpus.glob("*.py"))]
     scores = []
