@@ -17,10 +17,7 @@ def online_softmax_update(m, l, block):
         return best, l
     if best > m:
         l = l * math.exp(m - best)  # move the old sum onto the new max
-    total = l
-    for v in values:
-        total += math.exp(v - best)
-    return best, total
+    return best, l + float(np.exp(np.asarray(values) - best).sum())  # the block's terms summed at once
 
 
 def online_softmax(x, block_size):
