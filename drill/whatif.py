@@ -159,6 +159,8 @@ def equivalence_of(result: GradeResult) -> tuple[bool | None, str]:
         return False, f"it gives other values than your file: {seen['differs']}"
     # The run's own verdicts are not used: the shadow's calls share the grader's measurements
     # (peak memory above all), so only the comparison of values counts here.
+    if seen.get("broken"):
+        return None, f"not known: after {seen.get('compared', 0)} equal calls, {seen['broken']}"
     if not seen.get("compared"):
         return None, "not compared (the checks made no call to compare)"
     return True, (f"the same values as your file on all {seen['compared']} calls the checks made "

@@ -130,7 +130,8 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         compared = next((e for e in events if e.get("event") == "equivalence"), None)
         if compared is not None:
             result.equivalence = {"compared": int(compared.get("compared", 0)),
-                                  "differs": clean(compared.get("differs", ""))}
+                                  "differs": clean(compared.get("differs", "")),
+                                  "broken": clean(compared.get("broken", ""))}
         if result.status == "error" and result.message:
             from drill.sourceview import load_frame
 

@@ -106,7 +106,7 @@ def grade(job: dict, emit) -> int:
     code = pytest.main(args, plugins=[recorder, fixtures])
     if shadow is not None:
         Shadow.current = None
-        emit(event="equivalence", compared=shadow.compared, differs=shadow.differs)
+        emit(event="equivalence", compared=shadow.compared, differs=shadow.differs, broken=shadow.broken)
         shadow.subject.close()
     return finish(emit, subject, job["nonce"], int(code))
 
