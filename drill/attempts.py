@@ -134,6 +134,7 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
         return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
                       "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {catalog.known_ids()})")
+    before = _bytes_or_none(path)
     result = grade(ex, path, timeout, keyword=keyword, first_failure=first_failure, repro=repro, seed=seed)
     mismatch = name_mismatch(path, ex)
     if mismatch:
@@ -158,10 +159,25 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
         store.record_attempt(ex.key, result.status, path.resolve(), result.seconds, result.to_json())
         if result.status != "pass" and ex.cards:
             _bring_cards_forward(store, ex)
+        if result.status == "pass" and ex.needs == "cpu" and before is not None and before == _bytes_or_none(path):
+            # The pass is the what-if baseline: `drill whatif` then starts on the mutants at once.
+            from drill import whatif
+
+            store.save_mutant_outcome(whatif.file_key(before, ex), whatif.ORIGINAL, ex.key,
+                                      whatif.outcome_of(result).to_json())
     except StoreError as exc:
         # The grade is still shown: only its record is missing.
         result.notes.append(f"not saved to your progress: {exc}")
     return ex, result
+
+
+def _bytes_or_none(path: Path) -> bytes | None:
+    from drill import userfile
+
+    try:
+        return userfile.read_bytes(path)
+    except (userfile.UnreadableFile, OSError):
+        return None
 
 
 def _bring_cards_forward(store: Store, ex: catalog.Exercise) -> None:

@@ -32,7 +32,7 @@ MIN_PLANTED = 6  # wrong implementations per exercise; fewer rarely covers every
 
 def planted_root() -> Path | None:
     """tests/planted of the source checkout drill runs from (absent from an installed drill)."""
-    root = paths.exercises_root().parent / "tests" / "planted"
+    root = paths.exercises_root().resolve().parent / "tests" / "planted"
     return root if root.is_dir() else None
 
 

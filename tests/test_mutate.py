@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -151,7 +152,18 @@ def test_spread_takes_every_operator_in_turn():
     assert mutate.spread(found, None) == found
 
 
-@pytest.mark.parametrize("number", ["01", "03", "04", "05", "08", "09"])
-def test_the_numpy_solutions_give_at_least_eight_mutants(number):
+NUMPY = ["01", "02", "03", "04", "05", "08", "09", "13", "14"]
+
+
+@pytest.mark.parametrize("number", NUMPY)
+def test_the_numpy_solutions_and_two_variants_each_give_at_least_eight_mutants(number):
+    from drill import catalog
+
     [path] = (solutions_root() / "flashattention").glob(f"{number}_*.py")
     assert len(mutate.mutants(path.read_text())) >= 8
+    # The honest variants (tests/variants/) are mutated too: `drill dev mutants` grades them all.
+    ex = catalog.resolve(number)
+    variants = sorted((Path(__file__).parent / "variants" / ex.topic / ex.id).glob("*.py"))
+    assert len(variants) >= 2, ex.id
+    for variant in variants:
+        assert len(mutate.mutants(variant.read_text())) >= 8, variant.name

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -255,3 +256,161 @@ def test_a_mutant_that_loops_forever_is_stopped_by_its_short_timeout():
         grading.close()
     assert outcome.status == "timeout", outcome
     assert time.monotonic() - started < 12
+
+
+# -- questions in Chinese ------------------------------------------------------------
+
+def test_labels_and_questions_in_chinese():
+    assert whatif.Outcome("survives").label(lang="zh") == "所有检查仍然通过"
+    assert whatif.Outcome("fails", ["a"]).label(lang="zh") == "只有«a»失败"
+    assert whatif.Outcome("fails", ["a", "b", "c"]).label(11, "zh") == "11 项检查中 3 项失败,第一项是«a»"
+    mutant = mutate.mutants(LSE.solution_path.read_text())[0]
+    q = whatif.question(mutant, PLANTED[0], PLANTED[1:], CHECKS, lang="zh")
+    assert q.choices[q.correct] == PLANTED[0].label(len(CHECKS), "zh")
+    assert "所有检查仍然通过" in q.choices
+
+
+# -- what-if cards, scheduled with FSRS --------------------------------------------------
+
+def passed(path: Path, exercise) -> None:
+    with Store() as store:
+        store.record_attempt(exercise.key, "pass", path, 1.0, {})
+
+
+def test_answers_schedule_cards_that_quiz_brings_after_the_written_ones(lse_file: Path):
+    from drill import reviews
+
+    passed(lse_file, LSE)
+    chosen = plant(lse_file, LSE, PLANTED[:2])
+    right = whatif.question(chosen[0], PLANTED[0], [PLANTED[1]], CHECKS)
+    done = drill("whatif", str(lse_file), "--limit", "2", input=f"{right.correct + 1}\n\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("asked again in") == 2
+    ids = [whatif.card_id(LSE, m.id) for m in chosen]
+    with Store() as store:
+        due = reviews.due_times(store)
+        assert set(ids) <= set(due)
+        assert due[ids[0]] > due[ids[1]]  # the right prediction comes back later than the "don't know"
+        with store.conn:  # both due now (as if time had passed)
+            store.conn.execute("UPDATE cards SET due = '2000-01-01T00:00:00+00:00' WHERE card_id LIKE 'whatif:%'")
+    # The written cards come first; --tag whatif keeps only the questions about your code.
+    quiz = drill("quiz", "--followups", "--tag", "whatif", "--limit", "5", input="\n\n")
+    assert quiz.returncode == 0, quiz.stderr
+    assert quiz.stdout.count("about your code · lse-merge") == 2 and chosen[0].change in quiz.stdout
+    assert "Reviewed 2 cards, 0 right." in quiz.stdout
+    with Store() as store, store.conn:  # due again
+        store.conn.execute("UPDATE cards SET due = '2000-01-01T00:00:00+00:00' WHERE card_id LIKE 'whatif:%'")
+    mixed = drill("quiz", "--followups", "--limit", "300", input="\n" * 400)
+    first_code = mixed.stdout.index("about your code")
+    assert "[1 · " in mixed.stdout[:first_code]  # written cards before it
+    assert mixed.stdout.count("about your code") == 2
+
+
+def test_editing_the_file_retires_its_questions(lse_file: Path):
+    passed(lse_file, LSE)
+    plant(lse_file, LSE, PLANTED[:3])
+    with Store() as store:
+        assert len(whatif.code_cards(store, [LSE])) == 3
+        lse_file.write_text(lse_file.read_text() + "\n# edited\n")
+        assert whatif.code_cards(store, [LSE]) == []
+
+
+def test_quiz_in_chinese_marks_questions_about_your_code(lse_file: Path):
+    passed(lse_file, LSE)
+    plant(lse_file, LSE, PLANTED[:1])
+    done = drill("quiz", "--followups", "--tag", "whatif", "--lang", "zh", input="\n")
+    assert done.returncode == 0, done.stderr
+    assert "关于你的代码 · lse-merge" in done.stdout and "现在会怎样?" in done.stdout
+    assert "评分的实际结果" in done.stdout
+
+
+def test_live_quiz_asks_about_your_code_in_a_terminal(lse_file: Path):
+    pytest.importorskip("pexpect")
+    pytest.importorskip("pyte")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from terminal import Terminal
+
+    passed(lse_file, LSE)
+    [mutant] = plant(lse_file, LSE, PLANTED[:1])
+    with Store() as store:
+        [card] = whatif.code_cards(store, [LSE])
+    t = Terminal("quiz", "--followups", "--tag", "whatif")
+    try:
+        t.wait_for("about your code · lse-merge")
+        t.wait_for("Your prediction (1-4")
+        assert mutant.change in t.text
+        t.type(str(card.question.correct + 1))  # a single key
+        screen = t.wait_for("Reviewed 1 card, 1 right.")
+        assert "Right: " in screen and "What grading it did" in screen
+        assert t.exit_status() == 0
+    finally:
+        t.close()
+
+
+# -- survivors: equivalent or a gap --------------------------------------------------------
+
+def test_a_survivor_is_compared_with_the_original_on_fresh_inputs():
+    source = SOFTMAX.solution_path.read_text()
+    found = mutate.mutants(source, ["delete-statement", "exp-base"])
+    [same] = [m for m in found if m.before.startswith("x = np.asarray(x")]  # the input is already float64
+    graded = whatif.grade_source(SOFTMAX, same.source, 20, original=source)
+    assert graded.status == "survives" and graded.equivalent is True, graded
+    assert "same values as your file on all" in graded.evidence
+    # A file that gives other values, shadowed by the original: the comparison names the call.
+    from drill.grader.runner import grade
+
+    exp2 = next(m for m in found if m.operator == "exp-base")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / SOFTMAX.file
+        path.write_text(exp2.source)
+        result = grade(SOFTMAX, path, 20, shadow=source.encode())
+    assert whatif.equivalence_of(result)[0] is False and "differs at" in result.equivalence["differs"]
+
+
+def test_each_graded_question_answers_with_what_grading_did(lse_file: Path):
+    # Two real mutants with known outcomes: exp2 for one weight breaks the merge's values; `>=`
+    # for `>` lets both-empty rows divide 0 by 0, which only the -inf check sees.
+    source = LSE.solution_path.read_text()
+    found = mutate.mutants(source)
+    exp2 = next(m for m in found if m.operator == "exp-base")
+    shifted = next(m for m in found if m.change == "total > 0  →  total >= 0")
+    grading = whatif.Grading(LSE, [exp2, shifted], {}, original=source)
+    try:
+        outcomes = [grading.outcome(exp2.id), grading.outcome(shifted.id)]
+    finally:
+        grading.close()
+    assert outcomes[0].status == "fails" and "Two halves of the keys merge into attention over all of them" \
+        in outcomes[0].failed
+    assert outcomes[1].killed and outcomes[1].failed == [
+        "Both parts -inf give O = 0 and L = -inf, with no NaN and no warning"]
+    assert outcomes[1].label() == "raises RuntimeWarning in 1 check"
+    for mutant, outcome, other in ((exp2, *outcomes), (shifted, *outcomes[::-1])):
+        for lang in ("en", "zh"):
+            q = whatif.question(mutant, outcome, [other], outcome.checks or CHECKS, lang=lang)
+            assert q.choices[q.correct] == outcome.label(len(outcome.checks or CHECKS), lang)
+
+
+# -- drill dev mutants ----------------------------------------------------------------
+
+def test_dev_mutants_reports_the_score_and_survivors_as_json():
+    done = drill("dev", "mutants", "lse-merge", "--json", "--no-variants")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    [solution] = doc["files"]
+    assert doc["exercise"] == LSE.key and solution["file"] == "solution"
+    assert solution["mutants"] >= 8 and solution["killed"] >= 8 and solution["score"] >= 0.9
+    assert solution["killed"] + solution["equivalent"] + len(solution["survivors"]) == solution["mutants"]
+
+
+def test_dev_mutants_refuses_what_it_cannot_score():
+    assert drill("dev", "mutants", "nonsense").returncode == 2
+    done = drill("dev", "mutants", "triton-forward")
+    assert done.returncode == 2 and "NumPy exercises" in done.stderr
+
+
+def test_a_pass_of_drill_check_is_the_baseline_of_whatif(lse_file: Path):
+    done = drill("check", str(lse_file))
+    assert done.returncode == 0, done.stderr
+    with Store() as store:
+        baseline = store.mutant_outcomes(whatif.file_key(lse_file.read_bytes(), LSE))[whatif.ORIGINAL]
+    assert baseline["status"] == "survives" and len(baseline["checks"]) >= 10

@@ -8,14 +8,14 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from drill import catalog, exitcodes
+from drill import catalog, exitcodes, paths
 from drill.console import console
 from drill.errors import cannot
 
 
 @click.group(name="dev")
 def command() -> None:
-    """Commands for exercise authors: `dev check` and `dev new`."""
+    """Commands for exercise authors: `dev check`, `dev mutants` and `dev new`."""
 
 
 @command.command(name="check")
@@ -78,3 +78,59 @@ def new(key: str, title: str | None, root: Path | None) -> None:
         console.print(f"  {escape(str(path.relative_to(root)))}", soft_wrap=True)
     console.print(f"Next: write the contract, the checks and at least five more planted mistakes, "
                   f"then [accent]drill dev check {planned.key}[/accent].", soft_wrap=True)
+
+
+@command.command(name="mutants")
+@click.argument("target", metavar="EXERCISE")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document: the score and survivors per file.")
+@click.option("--variants/--no-variants", default=True, show_default=True,
+              help="Also score the honest variants (tests/variants/<topic>/<id>/*.py).")
+@click.option("--jobs", type=click.IntRange(1, 16), default=None, help="Mutants graded at once (default 2).")
+def mutants(target: str, as_json: bool, variants: bool, jobs: int | None) -> None:
+    """The mutation score of EXERCISE's hidden checks: every what-if mutant of the reference
+    solution (and of each honest variant) graded; killed / non-equivalent, and the survivors.
+
+    A survivor that is not equivalent (its values differ from the file's on some call) is a
+    gap in the checks: strengthen a check, or say why the gap is acceptable.
+    Exit code 0: every file scores 90 % or more; 1: some file scores less; 2: unknown exercise.
+    """
+    import json
+
+    from drill import whatif
+
+    ex = catalog.resolve(target)
+    if ex is None:
+        cannot(f"unknown exercise {target!r}")
+    if ex.needs != "cpu":
+        cannot(f"mutation scores cover the NumPy exercises; {ex.id} runs {ex.needs} code")
+    files = [("solution", ex.solution_path)]
+    corpus = paths.exercises_root().resolve().parent / "tests" / "variants" / ex.topic / ex.id
+    if variants and corpus.is_dir():
+        files += [(p.stem, p) for p in sorted(corpus.glob("*.py"))]
+    scores = []
+    for label, path in files:
+        if as_json:
+            scores.append(whatif.score_file(ex, label, path, jobs=jobs or whatif.JOBS))
+            continue
+        with console.status(f"grading the mutants of {label} ...", spinner="dots") as status:
+            def progress(done: int, total: int, label=label) -> None:
+                status.update(f"grading the mutants of {label}: {done}/{total}")
+            scores.append(whatif.score_file(ex, label, path, jobs=jobs or whatif.JOBS, on_outcome=progress))
+    low = [s for s in scores if s.score < MUTATION_SCORE_FLOOR]
+    if as_json:
+        click.echo(json.dumps({"schema": 1, "exercise": ex.key, "floor": MUTATION_SCORE_FLOOR,
+                               "files": [s.to_json() for s in scores]}))
+    else:
+        for s in scores:
+            mark = "[fail]✗[/fail]" if s in low else "[pass]✓[/pass]"
+            console.print(f"{mark} {escape(s.label)}: {s.score:.0%} ({s.killed} killed of {len(s.graded)} mutants, "
+                          f"{s.equivalent} equivalent; {s.seconds:.0f} s)", soft_wrap=True)
+            for m, o in s.survivors:
+                kind = "gap" if o.equivalent is False else "not compared"
+                console.print(f"    survivor ({kind}) line {m.line}: {escape(m.change)}", soft_wrap=True)
+                if o.evidence:
+                    console.print(f"      [muted]{escape(o.evidence)}[/muted]", soft_wrap=True)
+    raise SystemExit(exitcodes.FAILED if low else exitcodes.OK)
+
+
+MUTATION_SCORE_FLOOR = 0.9

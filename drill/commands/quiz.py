@@ -91,12 +91,17 @@ def command(followups: bool, lang: str | None, limit: int, cram: bool, tag: str 
         cannot(f"unknown topic {topic!r}; topics with cards: {', '.join(cards.deck_topics())}")
     deck = list(cards.load_deck(topic).cards) if topic else cards.all_cards()
     known_tags = sorted({t for card in deck for t in card.tags})
-    if tag is not None and tag not in known_tags:
-        cannot(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}")
-    selected = {card.id: card for card in deck if tag is None or tag in card.tags}
+    if tag is not None and tag not in known_tags and tag != "whatif":
+        cannot(f"unknown tag {tag!r}; known tags: {', '.join(known_tags)}, whatif (questions about your code)")
+    selected = {card.id: card for card in deck if tag is None or tag in card.tags}  # written cards; what-if ones join below
     with Store() as store:
         lang = remembered_language(store, lang)
         order = reviews.by_due(store, selected) if cram else reviews.due_now(store, selected)
+        # What-if questions about the learner's own passing files come after the written cards.
+        about_code = _code_cards(store, topic, tag, lang)
+        code_order = _code_order(store, about_code, cram)
+        selected.update({card.id: card for card in about_code})
+        order += code_order
         if not order:
             console.print(WORDS[lang]["nothing"] + " " + _next_due_line(store, selected, lang))
             return
@@ -159,14 +164,35 @@ class Session:
     def words(self) -> dict[str, str]:
         return WORDS[self.lang]
 
-    def review(self, card: cards.Card) -> None:
-        self._show_question(card)
-        rating = {"recall": self._recall, "numeric": self._numeric, "choice": self._choice}[card.kind](card)
+    def review(self, card) -> None:
+        if not isinstance(card, cards.Card):
+            rating = self._about_code(card)
+        else:
+            self._show_question(card)
+            rating = {"recall": self._recall, "numeric": self._numeric, "choice": self._choice}[card.kind](card)
         updated = reviews.review(self.store, card.id, rating, cram=self.cram)
         self.ratings.append(rating)
         if not self.cram:
             console.print(Text(self.words["next"].format(when=_relative(updated.due, self.lang)), style="muted"))
         console.print()
+
+    def _about_code(self, card) -> int:
+        """A what-if question about the learner's own file (drill/whatif.py): a choice, graded by the mutant's
+        real outcome."""
+        from drill.commands.whatif import WORDS as WHATIF, question_title, reveal, show_question
+        from drill.whatif import CARD_TAG, card_for
+
+        q = card.question
+        label = CARD_TAG if self.lang == "en" else "关于你的代码"
+        title = f"{len(self.ratings) + 1} · {label} · {card.exercise.id} · " + \
+            question_title(q, 1, 1, self.lang).split(" · ", 2)[2]
+        show_question(q, title, self.io.tty, self.lang)
+        picked = self._ask_until(WHATIF[self.lang]["predict"].format(n=len(q.choices)),
+                                 lambda text: _choice_or_blank(text, len(q.choices)), key=len(q.choices) <= 9)
+        deck = {c.id: c for c in cards.all_cards()}
+        reveal(q, picked, card.checks, deck.get(card_for(q.mutant, card.exercise, set(deck)) or ""),
+               self.io.tty, self.lang)
+        return GOOD if picked == q.correct else AGAIN
 
     def _recall(self, card: cards.Card) -> int:
         self.io.ask(self.words["reveal"])
@@ -240,6 +266,31 @@ class Session:
             console.print(Panel(body, border_style="cyan"))
         else:
             console.print(body, soft_wrap=True)
+
+
+def _code_cards(store: Store, topic: str | None, tag: str | None, lang: str) -> list:
+    """What-if cards about the learner's passing files, filtered like the deck (tag: 'about your code' or
+    the exercise's id)."""
+    from drill import catalog
+    from drill.whatif import CARD_TAG, code_cards
+
+    if tag is not None and tag not in (CARD_TAG, "whatif") and catalog.resolve(tag) is None:
+        return []
+    exercises = [ex for ex in catalog.all_exercises() if (topic is None or ex.topic == topic)
+                 and (tag in (None, CARD_TAG, "whatif") or ex.id == tag)]
+    return code_cards(store, exercises, lang)
+
+
+def _code_order(store: Store, about_code: list, cram: bool) -> list[str]:
+    """The due what-if cards: those asked before and due again, then a few never asked."""
+    from drill.whatif import NEW_PER_QUIZ
+
+    ids = [card.id for card in about_code]
+    if cram:
+        return reviews.by_due(store, ids)
+    known = reviews.due_times(store)
+    due = reviews.due_now(store, ids)
+    return [i for i in due if i in known] + [i for i in due if i not in known][:NEW_PER_QUIZ]
 
 
 def _number_or_blank(text: str) -> str | None:

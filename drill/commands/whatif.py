@@ -43,7 +43,9 @@ def error_document(reason: str, given: dict) -> dict:
               help="Mutants graded at once (default 2).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds before a mutant's grading stops (default 10: a mutant may loop forever).")
-def command(target: str | None, as_json: bool, limit: int | None, jobs: int | None, timeout: float | None) -> None:
+@click.option("--lang", type=click.Choice(("en", "zh")), help="Language of the questions; remembered (default en).")
+def command(target: str | None, as_json: bool, limit: int | None, jobs: int | None, timeout: float | None,
+            lang: str | None) -> None:
     """Predict what happens to your passing FILE when one line changes.
 
     Each question shows one change to your own code (a dropped rescale, exp2 for exp,
@@ -51,8 +53,10 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
     that mutant in the sandbox really did. Without FILE: the exercise you passed last.
     """
     from drill import mutate, whatif
+    from drill.language import remembered_language
 
     with Store() as store:
+        lang = remembered_language(store, lang)
         path = _target(target, store)
         ex = catalog.identify(path)
         if ex is None:
@@ -71,7 +75,8 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
         chosen = mutate.spread(found, limit if limit is not None else (None if as_json else QUESTIONS))
         key = whatif.file_key(raw, ex)
         cached = store.mutant_outcomes(key)
-        grading = whatif.Grading(ex, chosen, cached, timeout or whatif.MUTANT_TIMEOUT_S, jobs or whatif.JOBS)
+        grading = whatif.Grading(ex, chosen, cached, timeout or whatif.MUTANT_TIMEOUT_S, jobs or whatif.JOBS,
+                                 original=source)
         try:
             baseline = _baseline(store, key, ex, source, cached, as_json)
             if baseline.status != "survives":
@@ -83,7 +88,7 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
             if as_json:
                 _print_json(run, ex, path, chosen)
             else:
-                _session(run, ex, path, chosen, baseline)
+                _session(run, ex, path, chosen, baseline, lang)
         finally:
             grading.close()
 
@@ -162,80 +167,144 @@ def _print_json(run: Run, ex, path: Path, chosen) -> None:
         entries.append({"id": mutant.id, "operator": mutant.operator, "title": mutant.title, "line": mutant.line,
                         "change": mutant.change, "diff": mutant.diff, "outcome": outcome.to_json()})
     killed = sum(1 for e in entries if e["outcome"]["status"] != "survives")
+    equivalent = sum(1 for e in entries if e["outcome"]["status"] == "survives" and e["outcome"].get("equivalent"))
     click.echo(json.dumps({"schema": JSON_SCHEMA, "status": "ok", "exercise": ex.key, "file": str(path),
-                           "mutants": entries, "killed": killed, "survived": len(entries) - killed}))
+                           "mutants": entries, "killed": killed, "survived": len(entries) - killed,
+                           "equivalent": equivalent}))
 
 
 # -- the questions --------------------------------------------------------------
 
-def _session(run: Run, ex, path: Path, chosen, baseline) -> None:
-    from drill import cards
-    from drill.whatif import card_for, question
+def _session(run: Run, ex, path: Path, chosen, baseline, lang: str) -> None:
+    from drill import cards, reviews
+    from drill.commands.quiz import AGAIN, GOOD, _relative
+    from drill.whatif import card_for, card_id, question
 
     tty = interactive()
     ask = _keyboard if tty else _piped
+    w = WORDS[lang]
     deck = {card.id: card for card in cards.all_cards()}
-    console.print(f"[accent]What if?[/accent] {plural(len(chosen), 'change')} to your "
-                  f"{escape(shown(path.name))}; predict what the hidden checks say about each.", soft_wrap=not tty)
+    intro = w["intro"].format(changes=plural(len(chosen), "change"), count=len(chosen), file=shown(path.name))
+    console.print(Text.assemble(("What if? " if lang == "en" else "如果这样改呢?", "accent"), intro),
+                  soft_wrap=not tty)
     right = asked = 0
     survivors = []
     try:
         for number, mutant in enumerate(chosen, start=1):
             outcome = run.outcome(mutant.id)
             others = [run.grading.ready[m.id] for m in chosen if m.id in run.grading.ready and m.id != mutant.id]
-            q = question(mutant, outcome, others, baseline.checks)
-            _show_question(q, number, len(chosen), tty)
-            picked = _ask_until(ask, f"Your prediction (1-{len(q.choices)}; Enter if you don't know)", len(q.choices))
+            q = question(mutant, outcome, others, baseline.checks, lang=lang)
+            show_question(q, question_title(q, number, len(chosen), lang), tty, lang)
+            picked = _ask_until(ask, w["predict"].format(n=len(q.choices)), len(q.choices))
             asked += 1
             right += picked == q.correct
-            _reveal(q, picked, baseline, deck.get(card_for(mutant, ex, set(deck)) or ""), tty)
+            reveal(q, picked, baseline.checks, deck.get(card_for(mutant, ex, set(deck)) or ""), tty, lang)
+            # Each question is a card: a wrong prediction comes back soon in `drill quiz`, a right one later.
+            if outcome.status != "error":
+                updated = reviews.review(run.store, card_id(ex, mutant.id), GOOD if picked == q.correct else AGAIN)
+                console.print(Text(w["next"].format(when=_relative(updated.due, lang)), style="muted"))
+            console.print()
             if outcome.status == "survives":
                 survivors.append(mutant)
     except (EOFError, KeyboardInterrupt):
         console.print()
     graded = [run.grading.ready[m.id] for m in chosen if m.id in run.grading.ready]
     killed = sum(1 for o in graded if o.killed)
-    lines = [f"You predicted {right} of {plural(asked, 'outcome')}.",
-             f"The checks killed {killed} of the {plural(len(graded), 'mutant')} graded so far"
-             + (f"; {len(survivors)} survived what you saw." if survivors else ".")]
+    if lang == "en":
+        lines = [w["predicted"].format(right=right, asked=plural(asked, "outcome")),
+                 w["killed"].format(killed=killed, graded=plural(len(graded), "mutant"))]
+    else:
+        lines = [w["predicted"].format(right=right, asked=asked), w["killed"].format(killed=killed, graded=len(graded))]
+    lines[1] += w["survived"].format(n=len(survivors)) if survivors else ("." if lang == "en" else "。")
     console.print(boxed(Text("\n".join(lines)), border_style="cyan"), soft_wrap=not tty)
 
 
-def _show_question(q, number: int, total: int, tty: bool) -> None:
+WORDS = {
+    "en": {"title": "What if? {number}/{total} · line {line} · {what}", "now": "What happens now?",
+           "predict": "Your prediction (1-{n}; Enter if you don't know)", "right": "Right: ", "wrong": "Not quite: ",
+           "graded": "What grading it did", "idea": "The idea behind it ({card}): ",
+           "survives": "Every check still passes with this change. Either it never changes a result (an equivalent "
+                       "mutant: the two lines mean the same here), or it does and no check looks there: a gap in "
+                       "the checks.",
+           "equivalent": "Equivalent: {evidence}. The change means the same as your line here.",
+           "gap": "A gap in the checks: {evidence}. Your file and this mutant disagree, yet every check passes.",
+           "unknown": "Whether it is equivalent is not known: {evidence}.",
+           "failed": "{n} of {total} failed:", "more": "  … and {n} more",
+           "intro": "{changes} to your {file}; predict what the hidden checks say about each.",
+           "predicted": "You predicted {right} of {asked}.",
+           "killed": "The checks killed {killed} of the {graded} graded so far",
+           "survived": "; {n} survived what you saw.", "next": "asked again {when}"},
+    "zh": {"title": "如果这样改呢?{number}/{total} · 第 {line} 行 · {what}", "now": "现在会怎样?",
+           "predict": "你的预测(1-{n};不知道就直接 Enter)", "right": "答对了:", "wrong": "不对:",
+           "graded": "评分的实际结果", "idea": "背后的概念({card}):",
+           "survives": "改了这一处,所有检查仍然通过。要么它从不改变结果(等价变异:这两种写法在这里意思相同),"
+                       "要么它改变了结果而没有检查看那里:检查的漏洞。",
+           "equivalent": "等价:{evidence}。这个改动在这里和你的写法意思相同。",
+           "gap": "检查的漏洞:{evidence}。你的文件和这个变异体结果不同,却通过了所有检查。",
+           "unknown": "是否等价还不清楚:{evidence}。",
+           "failed": "{total} 项检查中 {n} 项失败:", "more": "  …… 还有 {n} 项",
+           "intro": "对你的 {file} 做了 {count} 处改动;预测每一处隐藏检查会怎么说。",
+           "predicted": "{asked} 个结果中你预测对了 {right} 个。",
+           "killed": "目前已评分的 {graded} 个变异体中,检查杀死了 {killed} 个",
+           "survived": ";你看到的有 {n} 个存活。", "next": "下次再问 {when}"},
+}
+
+# What each operator does, for the Chinese title (the English one comes with the mutant).
+TITLES_ZH = {"drop-factor": "去掉一个因子", "exp-base": "exp ↔ exp2,log ↔ log2", "shift-comparison": "比较移动一位",
+             "init-value": "改变初始值", "drop-scale": "去掉缩放", "reduction-axis": "改变归约",
+             "block-bound": "移动循环或切片的边界", "delete-statement": "删除一条语句", "swap-operands": "交换两个操作数"}
+
+
+def survivor_text(outcome, lang: str = "en") -> str:
+    """What a surviving mutant is, in words: equivalent, a gap, or (not compared) either."""
+    w = WORDS[lang]
+    if outcome.equivalent is True:
+        return w["equivalent"].format(evidence=outcome.evidence)
+    if outcome.equivalent is False:
+        return w["gap"].format(evidence=outcome.evidence)
+    return w["survives"] + (" " + w["unknown"].format(evidence=outcome.evidence) if outcome.evidence else "")
+
+
+def show_question(q, title: str, tty: bool, lang: str = "en") -> None:
     from rich.console import Group
     from rich.syntax import Syntax
 
     m = q.mutant
-    title = f"[accent]What if? {number}/{total} · line {m.line} · {escape(m.title)}[/accent]"
     hunk = m.diff.split("\n", 2)[2] if m.diff.count("\n") >= 2 else m.diff  # without the ---/+++ header
     body = Syntax(hunk.rstrip("\n"), "diff", theme="ansi_dark", background_color="default") if tty else Text(hunk.rstrip("\n"))
-    console.print(boxed(Group(Text(m.change, style="bold"), body), title=title, border_style="cyan"),
-                  soft_wrap=not tty)
-    console.print("What happens now?", soft_wrap=not tty)
+    console.print(boxed(Group(Text(m.change, style="bold"), body), title=f"[accent]{escape(title)}[/accent]",
+                        border_style="cyan"), soft_wrap=not tty)
+    console.print(WORDS[lang]["now"], soft_wrap=not tty)
     for i, choice in enumerate(q.choices, start=1):
         console.print(Text(f"  {i}. {choice}"), soft_wrap=not tty)
 
 
-def _reveal(q, picked: int, baseline, card, tty: bool) -> None:
+def question_title(q, number: int, total: int, lang: str = "en") -> str:
+    m = q.mutant
+    what = TITLES_ZH.get(m.operator, m.title) if lang == "zh" else m.title
+    return WORDS[lang]["title"].format(number=number, total=total, line=m.line, what=what)
+
+
+def reveal(q, picked: int, checks: list[str], card, tty: bool, lang: str = "en") -> None:
+    w = WORDS[lang]
     o = q.outcome
     answer = f"{q.correct + 1}. {q.choices[q.correct]}"
     if picked == q.correct:
-        console.print(Text("Right: " + answer, style="pass"), soft_wrap=not tty)
+        console.print(Text(w["right"] + answer, style="pass"), soft_wrap=not tty)
     else:
-        console.print(Text("Not quite: " + answer, style="fail"), soft_wrap=not tty)
+        console.print(Text(w["wrong"] + answer, style="fail"), soft_wrap=not tty)
     body = Text()
     if o.status == "survives":
-        body.append("Every check still passes with this change. Either it never changes a result (an equivalent "
-                    "mutant: the two lines mean the same here), or it does and no check looks there: a gap in "
-                    "the checks. Which is it?\n")
+        body.append(survivor_text(o, lang) + "\n")
     elif o.status in ("fails", "raises", "timeout"):
         if o.failed:
-            body.append(f"{len(o.failed)} of {plural(len(baseline.checks), 'check')} failed:\n")
+            body.append(w["failed"].format(n=len(o.failed), total=plural(len(checks), "check") if lang == "en"
+                                           else len(checks)) + "\n")
         for name, diagnosis in zip(o.failed, o.diagnoses):
             body.append(f"✗ {name}\n", style="fail")
             body.append(f"  {diagnosis}\n")
         if len(o.failed) > len(o.diagnoses):
-            body.append(f"  … and {len(o.failed) - len(o.diagnoses)} more\n", style="muted")
+            body.append(w["more"].format(n=len(o.failed) - len(o.diagnoses)) + "\n", style="muted")
         if o.status == "timeout" or not o.failed:
             body.append(o.message + "\n")
     else:
@@ -243,13 +312,11 @@ def _reveal(q, picked: int, baseline, card, tty: bool) -> None:
     if card is not None:
         from drill.mathtext import render
 
-        body.append(f"\nThe idea behind it ({card.id}): ", style="accent")
-        body.append(render(card.question("en")) + "\n")
-        body.append(render(card.answer_text("en")), style="muted")
+        body.append("\n" + w["idea"].format(card=card.id), style="accent")
+        body.append(render(card.question(lang)) + "\n")
+        body.append(render(card.answer_text(lang)), style="muted")
     body.rstrip()
-    console.print(boxed(body, title="[accent]What grading it did[/accent]", border_style="green"),
-                  soft_wrap=not tty)
-    console.print()
+    console.print(boxed(body, title=f"[accent]{w['graded']}[/accent]", border_style="green"), soft_wrap=not tty)
 
 
 def _ask_until(ask, prompt: str, count: int) -> int:

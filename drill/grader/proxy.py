@@ -382,10 +382,78 @@ class FunctionProxy:
         SubmissionProxy.outputs.append(outcome.output)
         if measuring is not None:
             measuring.peak = max(measuring.peak, outcome.peak_bytes or 0)
+        if Shadow.current is not None and helper is None:
+            Shadow.current.compare(self.__name__, list(args), dict(kwargs), outcome.result)
         return outcome
 
     def __repr__(self) -> str:
         return f"<your function {self.__name__}>"
+
+
+class Shadow:
+    """A second subject holding another version of the file (the learner's original, for a
+    what-if mutant): every plain call the checks make is repeated there and the two results
+    compared by value. It only ever observes; no verdict depends on it."""
+
+    current: "Shadow | None" = None
+    RTOL, ATOL = 1e-9, 1e-12
+
+    def __init__(self, subject: Subject):
+        self.subject = subject
+        self.compared = 0
+        self.differs = ""  # the first call whose results differ, in words
+        self.broken = ""  # why comparing stopped early, if it did
+
+    def compare(self, name: str, args: list, kwargs: dict, result) -> None:
+        if self.differs:
+            return
+        try:
+            theirs = self.subject.call(name, args, kwargs).result
+        except (UserCodeError, SubjectGone) as exc:
+            # Not evidence of a difference: the shadow runs without the fresh subject and memory
+            # budget a measured call gets, so a big input can end it. Comparison stops here.
+            self.broken = f"{name}: the original could not be called again ({str(exc)[:120]})"
+            Shadow.current = None
+            return
+        self.compared += 1
+        why = _difference(result, theirs, self.RTOL, self.ATOL)
+        if why:
+            self.differs = f"{name}: {why}"
+
+
+def _difference(mine, theirs, rtol: float, atol: float, where: str = "the result") -> str:
+    """'' when two plain values agree (arrays within rtol/atol, NaN equal to NaN), else how they differ."""
+    import numpy as np
+
+    if isinstance(mine, (tuple, list)) and isinstance(theirs, (tuple, list)):
+        if len(mine) != len(theirs):
+            return f"{where} has {len(mine)} parts instead of {len(theirs)}"
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            why = _difference(a, b, rtol, atol, f"part {i} of {where}")
+            if why:
+                return why
+        return ""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        if set(mine) != set(theirs):
+            return f"{where} has other keys"
+        for k in mine:
+            why = _difference(mine[k], theirs[k], rtol, atol, f"{where}[{k!r}]")
+            if why:
+                return why
+        return ""
+    if isinstance(mine, (np.ndarray, np.generic, int, float, bool)) and \
+            isinstance(theirs, (np.ndarray, np.generic, int, float, bool)):
+        a, b = np.asarray(mine), np.asarray(theirs)
+        if a.shape != b.shape:
+            return f"{where} has shape {a.shape} instead of {b.shape}"
+        if a.dtype.kind in "biuf" and b.dtype.kind in "biuf":
+            same = np.isclose(a.astype(float), b.astype(float), rtol=rtol, atol=atol, equal_nan=True)
+            if not same.all():
+                at = tuple(int(i) for i in np.argwhere(~same)[0])
+                return f"{where} differs at {at}: {a[at].item()!r} instead of {b[at].item()!r}"
+            return ""
+        return "" if np.array_equal(a, b) else f"{where} differs"
+    return "" if mine == theirs else f"{where} differs: {mine!r:.60} instead of {theirs!r:.60}"
 
 
 class Measurement:

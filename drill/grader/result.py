@@ -40,7 +40,11 @@ class GradeResult:
     traceback: str = ""  # a file that could not be loaded: where, as Python shows it (real path, source, caret)
     # `drill check -k`: {"keyword": EXPR, "selected": N, "of": M}; empty when every check was asked for
     selection: dict = field(default_factory=dict)
+    # graded with a shadow (runner.grade(shadow=...)): {"compared": calls, "differs": first difference or ""}
+    equivalence: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         doc = asdict(self)
+        if not doc["equivalence"]:  # only what-if gradings compare against a shadow
+            del doc["equivalence"]
         return {"schema": SCHEMA_VERSION, **doc}

@@ -76,9 +76,12 @@ def pycache_dir() -> Path:
 
 def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
           keyword: str | None = None, first_failure: bool = False, repro: bool = False,
-          seed: int | None = None) -> GradeResult:
+          seed: int | None = None, shadow: bytes | None = None) -> GradeResult:
     """Grade `user_file`. `seed` replays a run's random inputs (from --json or --repro); by default a
-    secret one is drawn, so no file can know its inputs before the checks send them."""
+    secret one is drawn, so no file can know its inputs before the checks send them.
+
+    `shadow`: another version of the file (a what-if mutant's original); every call the checks
+    make is repeated on it and the results compared, reported in `result.equivalence`."""
     user_file = Path(os.path.abspath(user_file))
     seed_chosen = seed is not None
     seed = int(seed) if seed_chosen else secrets.randbelow(2**63)
@@ -101,6 +104,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         # The worker and the subject see only this copy, taken once: the learner's file can
         # change (or vanish) while it is graded without changing what is graded.
         copy = place_copy(source, user_file.name, Path(tmp) / "submission")
+        shadow_copy = place_copy(shadow, user_file.name, Path(tmp) / "original") if shadow is not None else None
         job = {
             "nonce": nonce, "user_file": str(copy), "checks_file": str(exercise.checks_path),
             "functions": list(exercise.functions), "deadline": deadline, "memory_mb": exercise.memory_mb,
@@ -111,6 +115,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             "cuda": gpu,
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
             "repro": str(Path(tmp) / "repro.npz") if repro else "", "seed": seed,
+            "shadow_file": str(shadow_copy) if shadow_copy is not None else "",
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)
@@ -122,6 +127,11 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
                           keyword)
         result.seed, result.seed_chosen = seed, seed_chosen
+        compared = next((e for e in events if e.get("event") == "equivalence"), None)
+        if compared is not None:
+            result.equivalence = {"compared": int(compared.get("compared", 0)),
+                                  "differs": clean(compared.get("differs", "")),
+                                  "broken": clean(compared.get("broken", ""))}
         if result.status == "error" and result.message:
             from drill.sourceview import load_frame
 

@@ -80,6 +80,22 @@ def grade(job: dict, emit) -> int:
         return finish(emit, subject, job["nonce"], 2)
     emit(event="loaded", output=subject.leading_output())
 
+    shadow = None
+    if job.get("shadow_file"):  # a what-if mutant: every call is repeated on the original and compared
+        from drill.grader.proxy import Shadow
+
+        shadow_root = Path(job["scratch"]) / "shadow"
+        shadow_root.mkdir()
+        shadow = Shadow(Subject(
+            Path(job["shadow_file"]), job["functions"], scratch_root=shadow_root,
+            hidden=[Path(p) for p in job["hidden"]], memory_mb=job["memory_mb"],
+            cap_address_space=job["cap_address_space"], env=job["env"]))
+        shadow.subject.start()
+        if shadow.subject.load_error:
+            emit(event="load_error", message="the original file does not load: " + shadow.subject.load_error[:200])
+            shadow.subject.close()
+            return finish(emit, subject, job["nonce"], 2)
+        Shadow.current = shadow
     submission.set_loaded(SubmissionProxy(subject), job["user_file"])
     recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]),
                         first_failure=bool(job.get("first_failure")), repro_path=job.get("repro") or "",
@@ -88,6 +104,10 @@ def grade(job: dict, emit) -> int:
     args = [checks, "-c", os.devnull, "--rootdir", os.path.dirname(checks),
             "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal", "-p", "no:stepwise"]
     code = pytest.main(args, plugins=[recorder, fixtures])
+    if shadow is not None:
+        Shadow.current = None
+        emit(event="equivalence", compared=shadow.compared, differs=shadow.differs, broken=shadow.broken)
+        shadow.subject.close()
     return finish(emit, subject, job["nonce"], int(code))
 
 

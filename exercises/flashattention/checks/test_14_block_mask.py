@@ -266,6 +266,13 @@ def test_large_logits(sub, rng):
     Q, K, V = _inputs(rng, 64, 64, 8)
     Q = Q / np.linalg.norm(Q, axis=1, keepdims=True) * rng.uniform(1e3, 1e4, size=(64, 1)) / 3.0
     check_forward(sub, Q, K, V, kv_doc, kv_doc, window=12, Br=8, Bc=16, o_atol=1e-7, l_atol=1e-7)
+    # Every score of every row far below zero (under -1500): a running max started at 0 rather
+    # than -inf makes each exponential underflow, and the rows come out empty.
+    u = rng.standard_normal(8)
+    u /= np.linalg.norm(u)
+    K = -rng.uniform(0.5, 1.5, size=(64, 1)) * u + 0.01 * rng.standard_normal((64, 8))
+    Q = u * rng.uniform(1e4, 3e4, size=(64, 1))
+    check_forward(sub, Q, K, V, kv_doc, kv_doc, causal=True, Br=8, Bc=16, o_atol=1e-7, l_atol=1e-7)
 
 
 def test_forward_memory(sub, rng):
