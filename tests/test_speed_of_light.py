@@ -65,3 +65,12 @@ def test_check_row_places_each_kernel_and_refuses_a_forged_timing():
     assert "yours in noise; reference at 80%" in line
     _, too_fast = sol.check_row(CEIL, dict(figures, yours=floor / 3), (1, 16, 4096, 128), False, yours_judged=True)
     assert too_fast and "against a matmul floor of" in too_fast
+
+
+def test_decode_reads_the_cache_once_and_hbm_binds():
+    f = sol.decode_floors(CEIL, B=4, Hq=32, Hkv=8, S=8192, D=128)
+    assert f["HBM"] == pytest.approx(2 * 4 * 8 * 8192 * 128 * 2 / 4e12 * 1e3)
+    assert f["matmul"] == pytest.approx(4 * 4 * 32 * 8192 * 128 / 1e15 * 1e3)
+    a = sol.assess_decode(CEIL, f["HBM"] * 2, 4, 32, 8, 8192, 128)
+    assert a.binding == "HBM" and a.share == pytest.approx(0.5) and not a.impossible
+    assert sol.assess_decode(CEIL, f["HBM"] / 2, 4, 32, 8, 8192, 128).impossible

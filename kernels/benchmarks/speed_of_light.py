@@ -12,6 +12,7 @@ faster than the binding floor was mismeasured, or its figure forged: the checks 
     ceilings()                     measured once per process: Ceilings(matmul, exp, hbm)
     attention_floors(c, ...)       the three floors in ms for one shape
     assess(c, ms, shape...)        the binding ceiling and how far a timing is from it
+    decode_floors, assess_decode   the same for one decode step over a K/V cache (HBM binds)
 """
 
 from __future__ import annotations
@@ -107,6 +108,21 @@ class Assessment:
 def assess(c: Ceilings, ms: float, B: int, H: int, S: int, D: int, causal: bool, elem_bytes: int = 2,
            backward: bool = False) -> Assessment:
     floors = attention_floors(c, B, H, S, D, causal, elem_bytes, backward)
+    binding = max(floors, key=floors.get)
+    return Assessment(floors, binding, floors[binding] / ms)
+
+
+def decode_floors(c: Ceilings, B: int, Hq: int, Hkv: int, S: int, D: int, elem_bytes: int = 2) -> dict:
+    """The least time, in ms, of one decode step: each query head scores S keys (4·S·D FLOPs, S
+    exponentials) and the K/V cache, 2·B·Hkv·S·D elements, is read once. HBM binds by far."""
+    pairs = B * Hq * S
+    return {"matmul": 4 * pairs * D / (c.matmul_tflops * 1e12) * 1e3, "exp": pairs / c.exp_per_s * 1e3,
+            "HBM": 2 * B * Hkv * S * D * elem_bytes / c.hbm_bytes_per_s * 1e3}
+
+
+def assess_decode(c: Ceilings, ms: float, B: int, Hq: int, Hkv: int, S: int, D: int,
+                  elem_bytes: int = 2) -> Assessment:
+    floors = decode_floors(c, B, Hq, Hkv, S, D, elem_bytes)
     binding = max(floors, key=floors.get)
     return Assessment(floors, binding, floors[binding] / ms)
 

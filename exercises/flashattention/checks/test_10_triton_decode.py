@@ -321,13 +321,6 @@ def _median_ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median"))
 
 
-def _copy_gbs() -> float:
-    """A 1 GiB device-to-device copy, counting bytes read and written."""
-    src = torch.empty(2**29, dtype=torch.int16, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 2 / (_median_ms(lambda: dst.copy_(src)) * 1e-3) / 1e9
-
-
 def test_speed(sub, mode):
     """Speed: GB/s of K and V read, against the reference decode kernel"""
     if mode != "gpu":
@@ -335,6 +328,8 @@ def test_speed(sub, mode):
         pytest.skip("speed not measured: no CUDA GPU here; the Triton interpreter checks correctness only")
     from drill.kernels import decode as reference_module
     from drill.kernels import flash_decode as reference_decode
+
+    from drill.kernels.benchmarks import speed_of_light as sol
 
     from . import _decode_probe as probe
 
@@ -345,14 +340,16 @@ def test_speed(sub, mode):
     # or thread left running would slow them and flatter your figure. Closing ends every process
     # of your file (and the calibration's); a call starts it again.
     sub._subject.close()
-    copy = _copy_gbs()
+    ceilings = sol.ceilings()
+    note("ceilings measured in this run: " + ceilings.describe())
+    copy = ceilings.hbm_bytes_per_s / 1e9
     note(f"speed, {SPEED_DTYPE}, D = {SPEED_D}, GB/s of K and V read (2·B·Hkv·S·D·2 bytes over the time). "
          f"yours: the median wall-clock round trip of {TIMED_CALLS} calls into the sandboxed process running "
          "your file (K/V drawn there once per size, a fresh q from a random seed each call, every output "
          "checked), minus the same for a kernel that computes nothing (calibrated in a clean process); "
          "reference = drill.kernels.flash_decode (do_bench median); copy = a device-to-device copy, read + write")
     note("B Hq/Hkv S | yours | reference | copy | yours/reference | yours/copy")
-    slow = []
+    slow, impossible = [], []
     calibration = _null_subject(sub)
     try:
         for B, Hq, Hkv, S in SPEED_CASES:
@@ -394,10 +391,20 @@ def test_speed(sub, mode):
             if roundtrip.within_noise(round_trip, transfer):
                 note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
                 continue
-            if yours < MIN_SPEED_RATIO * reference:
+            light = sol.assess_decode(ceilings, max(round_trip - transfer, 1e-3), B, Hq, Hkv, S, SPEED_D)
+            note(f"  speed of light: {light.describe('yours')}; reference at "
+                 f"{sol.assess_decode(ceilings, reference_ms, B, Hq, Hkv, S, SPEED_D).share:.0%}")
+            if light.impossible:
+                impossible.append(f"B={B} Hq/Hkv={Hq}/{Hkv} S={S}: {round_trip - transfer:.3g} ms against an "
+                                  f"HBM floor of {light.floors['HBM']:.3g} ms")
+            elif yours < MIN_SPEED_RATIO * reference:
                 slow.append(f"B={B} Hq/Hkv={Hq}/{Hkv} S={S}: yours {yours:.0f} GB/s, reference {reference:.0f}")
     finally:
         calibration._subject.close()
+    if impossible:
+        fail("your kernel's timing is faster than reading the K/V cache once allows: a mismeasurement or a "
+             "forged figure, never a pass", called=f"flash_decode on {SPEED_DTYPE} caches at the sizes below",
+             got="; ".join(impossible), expected=f"no faster than {1 / sol.IMPOSSIBLE_SHARE:.2g}× the HBM floor")
     if slow:
         fail(f"your kernel reads K and V below {MIN_SPEED_RATIO:g}× the reference kernel's GB/s",
              called=f"flash_decode on {SPEED_DTYPE} caches at the sizes in the table below",
