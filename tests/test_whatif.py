@@ -224,6 +224,30 @@ def test_a_live_session_in_a_terminal(lse_file: Path):
         t.close()
 
 
+def test_a_live_session_in_chinese_in_a_terminal(lse_file: Path):
+    pytest.importorskip("pexpect")
+    pytest.importorskip("pyte")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from terminal import Terminal
+
+    [mutant] = plant(lse_file, LSE, PLANTED[:1])
+    q = whatif.question(mutant, PLANTED[0], [], CHECKS, lang="zh")
+    t = Terminal("whatif", str(lse_file), "--limit", "1", "--lang", "zh")
+    try:
+        t.wait_for("如果这样改呢?1/1")
+        t.wait_for("你的预测(1-4")
+        screen = t.text
+        assert "现在会怎样?" in screen and mutant.change in screen
+        assert PLANTED[0].label(len(CHECKS), "zh") in screen  # the choices are in Chinese too
+        assert "What happens now?" not in screen
+        t.type(f"{q.correct + 1}\r")
+        screen = t.wait_for("1 个结果中你预测对了 1 个。")
+        assert "答对了:" in screen and "评分的实际结果" in screen
+        assert t.exit_status() == 0
+    finally:
+        t.close()
+
+
 # -- real mutants, graded in the sandbox -------------------------------------------------
 
 def test_real_mutants_of_a_solution_are_killed_and_then_cached(lse_file: Path):

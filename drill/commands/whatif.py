@@ -2,9 +2,10 @@
 
 drill mutates your passing file (drill/mutate.py), grades each mutant with the hidden
 checks in the sandbox, several at once (drill/whatif.py), and asks you to predict each
-outcome before it shows the real one. The first question comes as soon as its mutant is
-graded; the rest grade behind it. Without a terminal, predictions are read from standard
-input, one number per line (empty: "don't know"); end of input ends the session.
+outcome before it shows the real one. The first question comes as soon as any mutant is
+graded (whichever finishes first); the rest grade behind it. Without a terminal,
+predictions are read from standard input, one number per line (empty: "don't know");
+end of input ends the session.
 """
 
 from __future__ import annotations
@@ -123,9 +124,15 @@ class Run:
     def __init__(self, store: Store, key: str, exercise: str, grading):
         self.store, self.key, self.exercise, self.grading = store, key, exercise, grading
 
+    def next_ready(self, pending: list, screen=console):
+        """The first of `pending` (mutants) whose outcome is known, waiting with the bar if none is yet."""
+        if not any(self.grading.is_ready(m.id) for m in pending):
+            _wait_with_bar(self.grading, [m.id for m in pending], screen)
+        return next(m for m in pending if self.grading.is_ready(m.id))
+
     def outcome(self, mutant_id: str, screen=console):
         if not self.grading.is_ready(mutant_id):
-            _wait_with_bar(self.grading, mutant_id, screen)
+            _wait_with_bar(self.grading, [mutant_id], screen)
         fresh = mutant_id not in self.grading.ready
         outcome = self.grading.outcome(mutant_id)
         # "error" (it did not load, or the grader failed) is not kept: it may not be the mutant's doing.
@@ -147,13 +154,14 @@ def _baseline(store: Store, key: str, ex, source: str, cached: dict, as_json: bo
     return outcome
 
 
-def _wait_with_bar(grading, mutant_id: str, screen) -> None:
+def _wait_with_bar(grading, mutant_ids: list[str], screen) -> None:
+    """Until one of `mutant_ids` is graded."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("grading mutants in the sandbox"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=screen, transient=True) as bar:
         task = bar.add_task("", total=grading.total)
-        while not grading.is_ready(mutant_id):
+        while not any(grading.is_ready(mid) for mid in mutant_ids):
             bar.update(task, completed=grading.done())
             time.sleep(0.1)
 
@@ -190,7 +198,12 @@ def _session(run: Run, ex, path: Path, chosen, baseline, lang: str) -> None:
     right = asked = 0
     survivors = []
     try:
-        for number, mutant in enumerate(chosen, start=1):
+        pending = list(chosen)
+        for number in range(1, len(chosen) + 1):
+            # Grades finish out of order (a mutant that raises at once beats one that runs every
+            # memory check): ask whichever is known first, so nobody waits on the slowest.
+            mutant = run.next_ready(pending)
+            pending.remove(mutant)
             outcome = run.outcome(mutant.id)
             others = [run.grading.ready[m.id] for m in chosen if m.id in run.grading.ready and m.id != mutant.id]
             q = question(mutant, outcome, others, baseline.checks, lang=lang)
