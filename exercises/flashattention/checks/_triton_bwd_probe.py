@@ -28,7 +28,8 @@ except ImportError:  # on the trusted side, which imports seeded_inputs from her
 # whose work is the kernels (the launcher only allocates, reshapes and launches).
 _COMPUTE = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "baddbmm", "einsum", "softmax", "log_softmax",
             "exp", "exp_", "logsumexp", "scaled_dot_product_attention", "backward", "grad", "tensordot",
-            "_softmax_backward_data", "addmm", "addbmm"}
+            "_softmax_backward_data", "addmm", "addbmm",
+            "numpy", "__array__", "tolist"}  # or the gradients computed on the host, in NumPy
 
 
 class Watch(PoisonAllocations):
