@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drill import authoring, catalog
+from grading import by_exercise, solution_result
 
 EXERCISES = catalog.all_exercises()
 IDS = [ex.key for ex in EXERCISES]
@@ -34,9 +35,9 @@ def test_every_stub_fails(ex, tmp_path):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
-def test_every_solution_passes(ex, tmp_path):
-    problems = authoring.solution_problems(ex, authoring.grade_copy(ex, ex.solution_path, tmp_path))
+@pytest.mark.parametrize("ex", by_exercise(EXERCISES))
+def test_every_solution_passes(ex, tmp_path_factory):
+    problems = authoring.solution_problems(ex, solution_result(ex, tmp_path_factory))
     assert not problems, "\n".join(problems)
 
 

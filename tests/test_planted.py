@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drill import authoring, catalog
-from grading import PLANTED, grade_path, planted_files
+from grading import PLANTED, by_exercise, grade_path, planted_files, solution_result
 
 FILES = planted_files()
 _results: dict = {}
@@ -23,8 +23,8 @@ def test_planted_file_is_rejected_by_the_checks_it_names(path):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("ex", catalog.all_exercises(), ids=lambda ex: ex.key)
-def test_every_check_is_failed_by_some_planted_file(ex, tmp_path):
-    solution = authoring.grade_copy(ex, ex.solution_path, tmp_path)
+@pytest.mark.parametrize("ex", by_exercise(catalog.all_exercises()))
+def test_every_check_is_failed_by_some_planted_file(ex, tmp_path_factory):
+    solution = solution_result(ex, tmp_path_factory)
     problems = authoring.coverage_problems(ex, solution, authoring.planted_files(PLANTED, ex))
     assert not problems, "\n".join(problems)
