@@ -134,7 +134,8 @@ def planted_file_problems(path: Path, result: GradeResult) -> list[str]:
     problems = []
     for prefix in expected:
         if not any(name.startswith(prefix) for name in failed):
-            problems.append(f"{path.name} should fail '{prefix}', failed: {failed or result.message}")
+            problems.append(f"{path.name} should fail '{prefix}' (seed {result.seed}: drill check {path} "
+                            f"--seed {result.seed} replays it), failed: {failed or result.message}")
     problems += [f"{c.name} failed {path.name} without a message" for c in result.checks
                  if c.status == "fail" and not c.message]
     return problems

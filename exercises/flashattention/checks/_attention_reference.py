@@ -49,6 +49,20 @@ def attention(Q, K, V, causal=False, scale=None, align="bottom-right", shift=0):
     return masked_attention(Q, K, V, default_scale(Q.shape[1], scale), mask)
 
 
+def near_ties(rng, sq: int, sk: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q and K whose scores are all about 1e3 to 1e4 yet spread by O(1) within each row.
+
+    Large random scores make every softmax row almost one-hot, which hides wrong factors and
+    extra keys; sharing one direction u keeps the magnitude and leaves the rows soft.
+    """
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    big = rng.uniform(1e3, 1e4, size=(sq, 1))
+    Q = u * big + rng.standard_normal((sq, d))
+    K = u * np.sqrt(d) + rng.standard_normal((sk, d)) * (3.0 / big.mean())
+    return Q, K
+
+
 def masked_attention(Q, K, V, s, mask):
     """(O, L) for an explicit visibility mask [sq, sk] (its columns may cover a prefix of K)."""
     K, V = K[:mask.shape[1]], V[:mask.shape[1]]

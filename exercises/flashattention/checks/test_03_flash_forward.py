@@ -24,6 +24,7 @@ from ._attention_reference import (
     check_reads_seen,
     chunked_attention,
     long_attention,
+    near_ties,
     default_scale,
     first_wrong_block,
     masked_attention,
@@ -261,6 +262,9 @@ def test_large_logits(sub, rng):
         norms = np.linalg.norm(Q, axis=1, keepdims=True)
         Q = Q / norms * rng.uniform(1e3, 1e4, size=(sq, 1)) / 3.0  # |S| up to about 1e4
         check_forward(sub, Q, K, V, o_atol=1e-7, l_atol=1e-7, Br=Br, Bc=Bc, causal=causal)
+    # Rows that large are almost one-hot, which hides a wrong factor or an extra key.
+    Q, K = near_ties(rng, 29, 37, 8)
+    check_forward(sub, Q, K, rng.normal(size=(37, 8)), o_atol=1e-7, l_atol=1e-7, Br=8, Bc=16, causal=True)
 
 
 def test_permutation_invariance(sub, rng):
