@@ -206,13 +206,22 @@ def test_softmax_leaves_input_alone(sub, rng):
 
 # --- streaming, seen in the values ------------------------------------------------------------
 #
-# A running sum rounds once per block: l + s, with s the block's own sum. Where every logit but
-# the row's max sits below half a unit in the last place of l, and a block's sum a little above a
-# whole number of them, each block adds a whole number of units, dropping the rest: the running l
-# ends up measurably (about 1e-13) below the exact sum that a one-shot softmax (np.sum, pairwise)
-# computes, and below it by an amount that depends on block_size. Every way of keeping (m, l)
-# block by block lands on the same l, to a few units; a one-shot softmax, or blocks of another
-# size, land elsewhere.
+# A running sum rounds once per addition. Two kinds of rows make that rounding a signature:
+#
+# * absorbing rows: every logit but the row's max (in the first block) sits below half a unit in
+#   the last place of l, and a block's sum a little above a whole number of them, so each block
+#   adds a whole number of units and drops the rest. The running l ends up measurably (about
+#   1e-13) below the exact sum a one-shot softmax computes (np.sum is pairwise), by an amount that
+#   depends on block_size.
+# * late-max rows: l starts at 1 and every other logit adds 0.55 to 0.65 of a unit, until the
+#   last block brings the row's max and the running sum is rescaled by alpha = exp(-M). Rescaling
+#   an l that rounded on the old scale differs from summing on the final max's scale from the
+#   start, so a one-shot max (np.cumsum or a Python sum after x.max()) lands elsewhere too.
+#
+# Two honest ways of keeping (m, l) pass: a block's terms summed at once (np.sum: the reference
+# fold) or added to l one at a time (Python's sum, a loop over the block). Each lands on its own
+# l, to a few units; a one-shot softmax, or blocks of another size, land elsewhere. A log-domain
+# sum (np.logaddexp) is exact here, like a one-shot softmax, and cannot be told from one.
 STREAM_BLOCKS = 6000  # blocks per row: the gap grows with their number, ~0.3 units of 2^-52 each
 STREAM_RTOL = 3e-14   # honest variants (vectorised rows, lse tracking, exp2) measured within 4e-15
 ULP_ONE = 2.0 ** -52
@@ -232,13 +241,31 @@ def absorbing_row(rng, block_size: int, n_blocks: int = STREAM_BLOCKS) -> np.nda
     return x
 
 
-def streamed_softmax(rows: np.ndarray, block_size: int) -> np.ndarray:
-    """The softmax a block-by-block (m, l) gives, rounding as it goes: the reference fold, per row."""
+def late_max_row(rng, block_size: int, n_blocks: int = STREAM_BLOCKS) -> np.ndarray:
+    """A row that starts at 0, adds just over half a unit per logit and meets its max in the last block."""
+    n = n_blocks * block_size
+    x = np.full(n, math.log(rng.uniform(0.55, 0.65) * ULP_ONE))
+    x[0] = 0.0
+    # alpha = exp(-M) in (0.67, 0.74): the rescaled tiny terms stay clearly below half a unit.
+    x[n - block_size + int(rng.integers(0, block_size))] = rng.uniform(0.3, 0.4)
+    return x
+
+
+def _term_by_term_update(m, l, block):
+    """reference_update with the block's terms added to l one at a time (np.cumsum is sequential)."""
+    m_new = max(m, float(np.max(block)))
+    if m_new == -math.inf:
+        return m_new, l
+    return m_new, float(np.cumsum(np.concatenate(([l * math.exp(m - m_new)], np.exp(block - m_new))))[-1])
+
+
+def streamed_softmax(rows: np.ndarray, block_size: int, update=reference_update) -> np.ndarray:
+    """The softmax a block-by-block (m, l) gives, rounding as it goes: `update` folded over each row."""
     out = np.empty_like(rows)
     for r, x in enumerate(rows):
         m, l = -math.inf, 0.0
         for i in range(0, x.shape[0], block_size):
-            m, l = reference_update(m, l, x[i:i + block_size])
+            m, l = update(m, l, x[i:i + block_size])
         out[r] = np.exp(x - m) / l
     return out
 
@@ -247,34 +274,45 @@ def _rel_gap(got, want) -> float:
     return float(np.max(np.abs(got - want) / np.abs(want)))
 
 
+def _folds_like(got, rows, block_size) -> bool:
+    """got is what one of the honest folds at block_size gives."""
+    return bool(np.all(np.isfinite(got))) and any(
+        _rel_gap(got, streamed_softmax(rows, block_size, update)) <= STREAM_RTOL
+        for update in (reference_update, _term_by_term_update))
+
+
+def _streaming_hint(got, rows, block_size) -> str:
+    if not np.all(np.isfinite(got)):
+        return ""
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    for one_shot in (e / e.sum(axis=1, keepdims=True), e / np.cumsum(e, axis=1)[:, -1:]):
+        if _rel_gap(got, one_shot) <= STREAM_RTOL:
+            return ("this is a one-shot softmax (one max and one sum over the whole row): the running sum was not "
+                    "built block by block; loop over the columns in blocks of block_size and update m and l per "
+                    "block (the rounding of a running sum differs measurably from a single sum here). A running "
+                    "sum kept as a log (np.logaddexp) rounds like a one-shot sum too: keep l itself")
+    for other in (2, 4, 8, 16, 32, 37, 64, 128):
+        if other != block_size and _folds_like(got, rows, other):
+            return (f"the values match streaming in blocks of {other}, not of block_size = {block_size}: "
+                    "step through the columns block_size at a time")
+    return ""
+
+
 def test_softmax_streams_in_blocks(sub, rng):
     """online_softmax keeps its running sum block by block, at the block size asked for"""
     for block_size in (1, 4, 37):
-        rows = np.stack([absorbing_row(rng, block_size) for _ in range(2)])
-        call = Call("online_softmax", f"x[{rows.shape[0]}x{rows.shape[1]}] (logits 0 and tiny ones), "
+        rows = np.stack([absorbing_row(rng, block_size), absorbing_row(rng, block_size),
+                         late_max_row(rng, block_size)])
+        call = Call("online_softmax", f"x[{rows.shape[0]}x{rows.shape[1]}] (logits 0, tiny ones and a late max), "
                                       f"block_size={block_size}")
         got = array(sub.online_softmax(rows.copy(), block_size), call, shape=rows.shape, what="the softmax")
-        want = streamed_softmax(rows, block_size)
-        if np.all(np.isfinite(got)) and _rel_gap(got, want) <= STREAM_RTOL:
+        if _folds_like(got, rows, block_size):
             continue
-        e = np.exp(rows)
-        one_shot = e / e.sum(axis=1, keepdims=True)
-        hint = ""
-        if np.all(np.isfinite(got)) and _rel_gap(got, one_shot) <= STREAM_RTOL:
-            hint = ("this is the one-shot softmax (one max and one sum over the whole row): the running sum was "
-                    "not built block by block; loop over the columns in blocks of block_size and update m and l "
-                    "per block (the rounding of a running sum differs measurably from a single np.sum here)")
-        else:
-            for other in (1, 2, 4, 8, 16, 32, 37, 64, 128):
-                if other != block_size and np.all(np.isfinite(got)) and \
-                        _rel_gap(got, streamed_softmax(rows, other)) <= STREAM_RTOL:
-                    hint = (f"the values match streaming in blocks of {other}, not of block_size = {block_size}: "
-                            "step through the columns block_size at a time")
-                    break
+        want = streamed_softmax(rows, block_size)
         fail("online_softmax does not round like a running (m, l) kept block by block",
              called=str(call), got=f"largest relative gap to a block-by-block fold: {_rel_gap(got, want):.3g}",
              expected=f"within {STREAM_RTOL:g} of folding online_softmax_update over blocks of {block_size}",
-             hint=hint)
+             hint=_streaming_hint(got, rows, block_size))
 
 
 # What each function should return, for `drill check --repro` (values only reach the learner).
