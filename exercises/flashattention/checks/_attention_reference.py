@@ -64,13 +64,17 @@ def near_ties(rng, sq: int, sk: int, d: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def masked_attention(Q, K, V, s, mask):
-    """(O, L) for an explicit visibility mask [sq, sk] (its columns may cover a prefix of K)."""
-    K, V = K[:mask.shape[1]], V[:mask.shape[1]]
-    S = scores(Q, K, s, mask)
+    """(O, L) for an explicit visibility mask [sq, sk] (its columns may cover a prefix of K);
+    mask=None: every key is visible."""
+    if mask is not None:
+        K, V = K[:mask.shape[1]], V[:mask.shape[1]]
+    S = (Q @ K.T) * s
+    if mask is not None:
+        np.copyto(S, -np.inf, where=~mask)
     m = S.max(axis=1)
     empty = m == -np.inf
     m_safe = np.where(empty, 0.0, m)
-    P = np.exp(S - m_safe[:, None])  # exp(-inf) = 0 on masked entries
+    P = np.exp(np.subtract(S, m_safe[:, None], out=S), out=S)  # in place: exp(-inf) = 0 on masked entries
     l = P.sum(axis=1)
     l_safe = np.where(empty, 1.0, l)
     O = (P @ V) / l_safe[:, None]
@@ -263,11 +267,11 @@ def long_attention(Q, K, V, scale=None, columns: int = 2**16):
 def chunked_attention(Q, K, V, causal=False, scale=None, rows: int = 512):
     """attention() computed a block of query rows at a time (the same values, less memory here)."""
     sq, sk = Q.shape[0], K.shape[0]
-    mask = visible(sq, sk, causal)
+    mask = visible(sq, sk, causal) if causal else None
     O, L = np.zeros((sq, V.shape[1])), np.zeros(sq)
     for i in range(0, sq, rows):
         O[i:i + rows], L[i:i + rows] = masked_attention(Q[i:i + rows], K, V, default_scale(Q.shape[1], scale),
-                                                        mask[i:i + rows])
+                                                        None if mask is None else mask[i:i + rows])
     return O, L
 
 
@@ -282,12 +286,16 @@ def chunked_attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, colu
     for j in range(0, sk, columns):
         cols = slice(j, min(j + columns, sk))
         mask = full_mask[:, cols] if causal else None
-        S = (Q @ K[cols].T) * s
-        P = np.exp(S - Lsafe[:, None])
+        P = Q @ K[cols].T  # turned into P in place: these blocks are the time the memory checks take
+        P *= s
+        P -= Lsafe[:, None]
+        np.exp(P, out=P)
         if mask is not None:
-            P = np.where(mask, P, 0.0)
+            np.copyto(P, 0.0, where=~mask)
         dV[cols] = P.T @ dO
-        dS = P * (dO @ V[cols].T - D[:, None])
+        dS = dO @ V[cols].T
+        dS -= D[:, None]
+        dS *= P
         dQ += (dS @ K[cols]) * s
         dK[cols] = (dS.T @ Q) * s
     return dQ, dK, dV
