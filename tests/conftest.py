@@ -16,15 +16,17 @@ if not HAS_GPU:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run by kernels/benchmarks/suite.py on the device)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on a CPU")
+    config.addinivalue_line("markers", "full: graded only with DRILL_FULL_MATRIX=1 (tests/sampling.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if HAS_GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    from sampling import FULL, SKIP_REASON
+
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        elif "full" in item.keywords and not FULL:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
 
 @pytest.fixture(autouse=True)

@@ -1043,6 +1043,7 @@ def _compile_gluon(tmp_path, *args):
     return proc.stdout
 
 
+@pytest.mark.full  # minutes of sm_90 compiles on a CPU: graded in the full run (CI)
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
 @pytest.mark.parametrize("parts,warps", [(1, 8), (2, 4)], ids=["one-partition", "ping-pong"])
 def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
@@ -1053,6 +1054,7 @@ def test_cpu_gluon_kernel_compiles_for_hopper(parts, warps, tmp_path):
     assert "wgmma.wait_group.sync.aligned 1" in ptx  # S_j waited for while P_{j-1} V_{j-1} runs
 
 
+@pytest.mark.full  # minutes of sm_90 compiles on a CPU: graded in the full run (CI)
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
 @pytest.mark.parametrize("d", [64, 128])
 def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(d, tmp_path):
@@ -1074,6 +1076,7 @@ def test_cpu_every_gluon_candidate_fits_hopper_shared_memory(d, tmp_path):
         assert three_stage["shared"] + 2 * 64 * 128 * 2 > HOPPER_SMEM_PER_BLOCK  # an O buffer for both partitions
 
 
+@pytest.mark.full  # minutes of sm_90 compiles on a CPU: graded in the full run (CI)
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("kernel", ["kv", "q"])

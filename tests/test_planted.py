@@ -6,18 +6,23 @@ import pytest
 
 from drill import authoring, catalog
 from grading import PLANTED, by_exercise, grade_path, planted_files, solution_result
+from sampling import sample
 
-FILES = planted_files()
+# The torch exercises' planted files (10-30 s each on a CPU): a quarter in a default run.
+FILES = sample([pytest.param(p, id=f"{p.parent.name}/{p.stem}") for p in planted_files()], every=4,
+               slow=lambda p: catalog.identify(p.values[0]).needs != "cpu")
 _results: dict = {}
 
 
 def _graded(path):
+    # Only the checks the file claims to fail: its claim is all this test verifies, and the
+    # peak-memory checks it does not name would be most of the time.
     if path not in _results:
-        _results[path] = grade_path(path)
+        _results[path] = grade_path(path, only=tuple(authoring.expected_failures(path)))
     return _results[path]
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.stem}" for p in FILES])
+@pytest.mark.parametrize("path", FILES)
 def test_planted_file_is_rejected_by_the_checks_it_names(path):
     problems = authoring.planted_file_problems(path, _graded(path))
     assert not problems, "\n".join(problems)

@@ -11,6 +11,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,17 @@ def _machine_traces() -> dict:
     return {"/dev/shm": shm, "System V shared memory": sysv, "cgroups of ended graders": groups}
 
 
+def _new_traces(before: dict) -> dict:
+    """Traces that were not there before; another worker's grader may end meanwhile, so a trace
+    gets a second to be cleaned up before it counts."""
+    for wait in (0.0, 1.0):
+        time.sleep(wait)
+        new = {k: sorted(set(v) - set(before[k])) for k, v in _machine_traces().items()}
+        if not any(new.values()):
+            return {}
+    return new
+
+
 def _attack(template: Path, ex: catalog.Exercise, workspace: Path, listener: Listener | None = None) -> Path:
     text = template.read_text(encoding="utf-8")
     fill = {"{{ID}}": ex.id, "{{FUNCTIONS}}": repr(list(ex.functions)), "{{DB}}": str(paths.database()),
@@ -144,7 +156,7 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path, 
 
     assert result.status in ("fail", "error"), f"{template.name} as {ex.id} passed: {result.message}"
     assert not _survivors(), f"{template.name}: a process of the submission outlived grading"
-    assert _machine_traces() == traces_before, f"{template.name} left something on the machine"
+    assert not _new_traces(traces_before), f"{template.name} left something on the machine"
     if listener:
         assert listener.reached[reached_before:] == [], f"{template.name} reached a server outside the sandbox"
     assert _digest(database) == before_db, f"{template.name} changed the progress database"
@@ -161,23 +173,24 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path, 
 # The generic attacks against the NumPy exercises (22 x 9, about 1 s each): a default run grades a
 # rotating third, so every attack meets three exercises and every exercise seven or eight attacks;
 # DRILL_FULL_MATRIX=1 (as .ci/run sets) grades the whole matrix.
-NUMPY_MATRIX = [(t, ex) for i, ex in enumerate(NUMPY_EXERCISES) for j, t in enumerate(GENERIC)
-                if os.environ.get("DRILL_FULL_MATRIX") or (i + j) % 3 == 0]
+NUMPY_MATRIX = [pytest.param(t, ex, id=f"{t.stem}-{ex.id}", marks=pytest.mark.full if (i + j) % 3 else ())
+                for i, ex in enumerate(NUMPY_EXERCISES) for j, t in enumerate(GENERIC)]
 
 
-@pytest.mark.parametrize("template, ex", NUMPY_MATRIX, ids=[f"{t.stem}-{ex.id}" for t, ex in NUMPY_MATRIX])
+@pytest.mark.parametrize("template, ex", NUMPY_MATRIX)
 def test_generic_attack_never_passes(template, ex, tmp_path, listener):
     _graded_without_trace(template, ex, tmp_path, listener)
 
 
 # The generic attacks against the torch exercises take 15-30 s each on a CPU: a default run grades
-# a rotating third of them per exercise; DRILL_FULL_MATRIX=1 (as .ci/run sets) grades them all.
-TORCH_MATRIX = [(t, ex) for i, ex in enumerate(TORCH_EXERCISES) for j, t in enumerate(GENERIC)
-                if os.environ.get("DRILL_FULL_MATRIX") or (i + j) % 3 == 0]
+# one in eleven, two attacks per exercise (tests/sampling.py); the full run grades them all. Every
+# attack meets three NumPy exercises above in a default run.
+TORCH_MATRIX = [pytest.param(t, ex, id=f"{t.stem}-{ex.id}", marks=pytest.mark.full if (i + j) % 11 else ())
+                for i, ex in enumerate(TORCH_EXERCISES) for j, t in enumerate(GENERIC)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("template, ex", TORCH_MATRIX, ids=[f"{t.stem}-{ex.id}" for t, ex in TORCH_MATRIX])
+@pytest.mark.parametrize("template, ex", TORCH_MATRIX)
 def test_generic_attack_never_passes_torch_exercises(template, ex, tmp_path, listener):
     _graded_without_trace(template, ex, tmp_path, listener)
 

@@ -84,10 +84,11 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
 
 class Recorder:
     def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False,
-                 repro_path: str = "", seed: int | None = None, keyword: str = ""):
+                 repro_path: str = "", seed: int | None = None, keyword: str = "", prefixes: tuple = ()):
         self.emit = emit
         self.seed = seed  # the run's seed, kept with --repro's values
         self.keyword = keyword  # `drill check -k`: whole words of the names shown (drill.selection)
+        self.prefixes = tuple(prefixes)  # authoring: only the checks whose names start so (planted files)
         self.first_failure = first_failure
         self.repro_path = repro_path  # where `drill check --repro` wants the failing call's values
         self.deadline = deadline  # time.time() by which a running check is stopped
@@ -105,13 +106,17 @@ class Recorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         self.total = len(items)
-        if not self.keyword:
+        if not self.keyword and not self.prefixes:
             return
-        from drill.selection import parse
+        if self.keyword:
+            from drill.selection import parse
 
-        expression = parse(self.keyword)  # the CLI has read it already
-        chosen = [item for item in items if expression.matches(check_name(item))]
-        dropped = [item for item in items if not expression.matches(check_name(item))]
+            expression = parse(self.keyword)  # the CLI has read it already
+            wanted = expression.matches
+        else:
+            wanted = lambda name: name.startswith(self.prefixes)  # noqa: E731
+        chosen = [item for item in items if wanted(check_name(item))]
+        dropped = [item for item in items if not wanted(check_name(item))]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = chosen

@@ -76,12 +76,13 @@ def pycache_dir() -> Path:
 
 def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
           keyword: str | None = None, first_failure: bool = False, repro: bool = False,
-          seed: int | None = None, shadow: bytes | None = None) -> GradeResult:
+          seed: int | None = None, shadow: bytes | None = None, only: tuple[str, ...] = ()) -> GradeResult:
     """Grade `user_file`. `seed` replays a run's random inputs (from --json or --repro); by default a
     secret one is drawn, so no file can know its inputs before the checks send them.
 
     `shadow`: another version of the file (a what-if mutant's original); every call the checks
-    make is repeated on it and the results compared, reported in `result.equivalence`."""
+    make is repeated on it and the results compared, reported in `result.equivalence`.
+    `only`: grade just the checks whose names start with one of these (a planted file's claims)."""
     user_file = Path(os.path.abspath(user_file))
     seed_chosen = seed is not None
     seed = int(seed) if seed_chosen else secrets.randbelow(2**63)
@@ -116,6 +117,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
             "repro": str(Path(tmp) / "repro.npz") if repro else "", "seed": seed,
             "shadow_file": str(shadow_copy) if shadow_copy is not None else "",
+            "prefixes": list(only),
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)

@@ -99,7 +99,8 @@ def grade(job: dict, emit) -> int:
     submission.set_loaded(SubmissionProxy(subject), job["user_file"])
     recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]),
                         first_failure=bool(job.get("first_failure")), repro_path=job.get("repro") or "",
-                        seed=int(job["seed"]), keyword=job.get("keyword") or "")
+                        seed=int(job["seed"]), keyword=job.get("keyword") or "",
+                        prefixes=tuple(job.get("prefixes") or ()))
     checks = job["checks_file"]
     args = [checks, "-c", os.devnull, "--rootdir", os.path.dirname(checks),
             "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal", "-p", "no:stepwise"]

@@ -136,8 +136,8 @@ def test_unreferenced_pages_poisoned(sub, rng):
 def test_pages_out_of_order(sub, rng):
     """The block table maps logical pages to physical pages in any order"""
     pool = build_pool(rng, [40, 23], 4, 2, 8, spare=2)
-    order = pool.block_table[:, :3]
-    assert not (order[:, 1:] > order[:, :-1]).all()  # the shuffle really scrambled the pool
+    while (pool.block_table[:, 1:3] > pool.block_table[:, :2]).all():  # a shuffle that left it in order
+        pool = build_pool(rng, [40, 23], 4, 2, 8, spare=2)
     check_paged(sub, rng, _queries(rng, 2, 4, 8), pool)
 
 
