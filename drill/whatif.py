@@ -167,6 +167,17 @@ def equivalence_of(result: GradeResult) -> tuple[bool | None, str]:
                   "on fresh random inputs")
 
 
+def _prepared_or_graded(key: str | None, mutant_id: str, exercise: Exercise, source: str, timeout: float,
+                        original: str | None, first_failure: bool) -> Outcome:
+    if key is not None:
+        from drill.whatif_prepare import wait_for_outcome
+
+        found = wait_for_outcome(key, mutant_id)
+        if found is not None:
+            return Outcome.from_json(found)
+    return grade_source(exercise, source, timeout, original, first_failure)
+
+
 class Grading:
     """Mutants graded in the background, several at once; cached outcomes are ready at once.
 
@@ -175,13 +186,17 @@ class Grading:
 
     def __init__(self, exercise: Exercise, mutants: list[Mutant], cached: dict[str, dict],
                  timeout: float = MUTANT_TIMEOUT_S, jobs: int = JOBS, original: str | None = None,
-                 first_failure: bool = False):
+                 first_failure: bool = False, prepared: tuple[str, set[str]] | None = None):
+        """`prepared`: (file key, mutant ids) that a background preparation is grading now; their
+        outcomes are read from the store as it saves them (drill/whatif_prepare.py)."""
         self.ready: dict[str, Outcome] = {m.id: Outcome.from_json(cached[m.id]) for m in mutants if m.id in cached}
         self.fresh: list[str] = []  # graded in this session, to be saved
         self.total = len(mutants)
         self._pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="drill-whatif")
+        waiting = prepared[1] if prepared else set()
         self._futures: dict[str, Future] = {
-            m.id: self._pool.submit(grade_source, exercise, m.source, timeout, original, first_failure)
+            m.id: self._pool.submit(_prepared_or_graded, prepared[0] if m.id in waiting else None, m.id,
+                                    exercise, m.source, timeout, original, first_failure)
             for m in mutants if m.id not in self.ready}
 
     def done(self) -> int:

@@ -34,4 +34,5 @@ def drill_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     """Every test gets its own state directory; the user's real progress is never touched."""
     home = tmp_path_factory.mktemp("drill-home")
     monkeypatch.setenv("DRILL_HOME", str(home))
+    monkeypatch.setenv("DRILL_WHATIF_BACKGROUND", "0")  # a test that wants drill check's background grading says so
     return home

@@ -438,3 +438,59 @@ def test_a_pass_of_drill_check_is_the_baseline_of_whatif(lse_file: Path):
     with Store() as store:
         baseline = store.mutant_outcomes(whatif.file_key(lse_file.read_bytes(), LSE))[whatif.ORIGINAL]
     assert baseline["status"] == "survives" and len(baseline["checks"]) >= 10
+
+
+def test_whatif_reads_a_background_preparation_instead_of_grading_again(lse_file: Path):
+    from drill import whatif_prepare
+    from drill.commands.whatif import QUESTIONS
+
+    raw = lse_file.read_bytes()
+    key = whatif.file_key(raw, LSE)
+    chosen = mutate.spread(mutate.mutants(raw.decode()), QUESTIONS)
+    # Outcomes no real grading of these mutants gives: seen in the answer, they came from the store.
+    fake = whatif.Outcome("timeout", message="planted by the background preparation")
+    with Store() as store:
+        store.save_mutant_outcome(key, whatif.ORIGINAL, LSE.key, whatif.Outcome("survives", checks=CHECKS).to_json())
+    with whatif_prepare.holding(key) as mine:
+        assert mine and whatif_prepare.running(key)
+        session = subprocess.Popen([sys.executable, "-m", "drill", "whatif", str(lse_file), "--json",
+                                    "--limit", str(QUESTIONS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        with Store() as store:
+            for mutant in chosen:
+                store.save_mutant_outcome(key, mutant.id, LSE.key, fake.to_json())
+        out, err = session.communicate(timeout=120)
+    assert not whatif_prepare.running(key)
+    doc = json.loads(out)
+    assert [m["id"] for m in doc["mutants"]] == [m.id for m in chosen], err
+    assert {m["outcome"]["message"] for m in doc["mutants"]} == {fake.message}
+
+
+def test_a_pass_in_a_terminal_grades_the_questions_in_the_background(lse_file: Path, monkeypatch):
+    pytest.importorskip("pexpect")
+    pytest.importorskip("pyte")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from terminal import Terminal
+
+    from drill import whatif_prepare
+    from drill.commands.whatif import QUESTIONS
+
+    monkeypatch.setenv(whatif_prepare.ENV_SWITCH, "1")
+    t = Terminal("check", str(lse_file))
+    try:
+        t.wait_for("graded in the background")
+        assert t.exit_status() == 0
+    finally:
+        t.close()
+    raw = lse_file.read_bytes()
+    key = whatif.file_key(raw, LSE)
+    wanted = {m.id for m in mutate.spread(mutate.mutants(raw.decode()), QUESTIONS)}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with Store() as store:
+            saved = store.mutant_outcomes(key)
+        if wanted <= set(saved) and not whatif_prepare.running(key):
+            break
+        time.sleep(0.5)
+    assert wanted <= set(saved), f"{len(wanted - set(saved))} of {len(wanted)} mutants not graded"
+    assert all(saved[mid]["status"] in ("survives", "fails", "raises", "timeout") for mid in wanted)

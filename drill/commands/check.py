@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+from rich.text import Text
 
 from drill import catalog
 from drill.attempts import exit_code, file_to_grade, grade_file, next_step, shown_path
@@ -19,6 +20,15 @@ def error_document(reason: str, given: dict) -> dict:
     from drill.grader.result import GradeResult
 
     return GradeResult(exercise="", file=given.get("target") or "", status="error", message=reason).to_json()
+
+
+def _prepare_whatif(ex, path, result, keyword, piped: bool) -> bool:
+    """After a full pass of a NumPy exercise in a terminal, grade its what-if mutants behind the prompt."""
+    if piped or keyword or result.status != "pass" or ex.needs != "cpu" or path.name != ex.file:
+        return False
+    from drill import whatif_prepare
+
+    return whatif_prepare.start(path)
 
 
 @click.command(name="check")
@@ -71,5 +81,8 @@ def command(target: str, as_json: bool, timeout: float | None, keyword: str | No
             step = "" if keyword or path.name != ex.file else next_step(ex, result.status, store)
             if step:
                 console.print(step, soft_wrap=piped)
+            if _prepare_whatif(ex, path, result, keyword, piped):
+                console.print(Text(f"what-if questions about this file are being graded in the background: "
+                                   f"drill whatif {shown_path(path)}", style="muted"))
     raise SystemExit(exit_code(result))
 

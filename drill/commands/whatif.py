@@ -45,15 +45,17 @@ def error_document(reason: str, given: dict) -> dict:
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds before a mutant's grading stops (default 10: a mutant may loop forever).")
 @click.option("--lang", type=click.Choice(("en", "zh")), help="Language of the questions; remembered (default en).")
+@click.option("--prepare", is_flag=True, hidden=True,
+              help="Grade the session's mutants and save them, asking nothing (drill check starts this).")
 def command(target: str | None, as_json: bool, limit: int | None, jobs: int | None, timeout: float | None,
-            lang: str | None) -> None:
+            lang: str | None, prepare: bool) -> None:
     """Predict what happens to your passing FILE when one line changes.
 
     Each question shows one change to your own code (a dropped rescale, exp2 for exp,
     < for <=, ...) and asks what the hidden checks now say; the answer is what grading
     that mutant in the sandbox really did. Without FILE: the exercise you passed last.
     """
-    from drill import mutate, whatif
+    from drill import mutate, whatif, whatif_prepare
     from drill.language import remembered_language
 
     with Store() as store:
@@ -75,9 +77,15 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
             cannot(f"{shown(path.name)} cannot be parsed ({exc}); fix it and pass drill check first")
         chosen = mutate.spread(found, limit if limit is not None else (None if as_json else QUESTIONS))
         key = whatif.file_key(raw, ex)
+        if prepare:
+            _prepare(store, key, ex, source, mutate.spread(found, QUESTIONS))
+            return
         cached = store.mutant_outcomes(key)
+        prepared = None
+        if whatif_prepare.running(key):  # drill check's background grading: read its outcomes as they come
+            prepared = (key, {m.id for m in mutate.spread(found, QUESTIONS)})
         grading = whatif.Grading(ex, chosen, cached, timeout or whatif.MUTANT_TIMEOUT_S, jobs or whatif.JOBS,
-                                 original=source)
+                                 original=source, prepared=prepared)
         try:
             baseline = _baseline(store, key, ex, source, cached, as_json)
             if baseline.status != "survives":
@@ -131,7 +139,7 @@ class Run:
         return next(m for m in pending if self.grading.is_ready(m.id))
 
     def outcome(self, mutant_id: str, screen=console):
-        if not self.grading.is_ready(mutant_id):
+        if screen is not None and not self.grading.is_ready(mutant_id):
             _wait_with_bar(self.grading, [mutant_id], screen)
         fresh = mutant_id not in self.grading.ready
         outcome = self.grading.outcome(mutant_id)
@@ -139,6 +147,28 @@ class Run:
         if fresh and outcome.status != "error":
             self.store.save_mutant_outcome(self.key, mutant_id, self.exercise, outcome.to_json())
         return outcome
+
+
+def _prepare(store: Store, key: str, ex, source: str, chosen) -> None:
+    """Grade `chosen` in the background at a lower priority, saving each outcome as it comes."""
+    import os
+
+    from drill import whatif, whatif_prepare
+
+    with whatif_prepare.holding(key) as mine:
+        if not mine:
+            return  # another preparation of this very file is under way
+        os.nice(10)  # the learner's own commands come first
+        cached = store.mutant_outcomes(key)
+        if cached.get(whatif.ORIGINAL, {}).get("status") != "survives":
+            return  # only a file drill check has just passed, unchanged since
+        grading = whatif.Grading(ex, chosen, cached, original=source)
+        try:
+            run = Run(store, key, ex.key, grading)
+            for mutant in chosen:
+                run.outcome(mutant.id, screen=None)
+        finally:
+            grading.close()
 
 
 def _baseline(store: Store, key: str, ex, source: str, cached: dict, as_json: bool):
