@@ -19,6 +19,7 @@ from drill.grader.proxy import memory_measured
 # imports, allocator slack): the limit sits between the tiles and a full boolean mask.
 MEMORY_SIZE = 4096
 FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 128 MiB
+SAMPLED_ROWS = 512  # rows of each output compared after a 4096² memory check, drawn after the call
 PEAK_LIMIT_BYTES = 12 * 2**20  # a full bool mask (16 MiB) is an sq×sk array too; inputs are 0.5 MiB each
 
 

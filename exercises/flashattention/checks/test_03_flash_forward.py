@@ -22,12 +22,12 @@ from ._attention_reference import (
     check_peak,
     check_peak_long,
     check_reads_seen,
-    chunked_attention,
-    long_attention,
-    near_ties,
+    SAMPLED_ROWS,
     default_scale,
     first_wrong_block,
+    long_attention,
     masked_attention,
+    near_ties,
     note_traffic,
     pair,
     peak_bytes,
@@ -314,10 +314,13 @@ def test_memory(sub, rng, causal):
                               Br=128, Bc=128, causal=causal)
     check_peak(peak, call, "flash_attention_forward")
     O, L = pair(result, call, "O, L", ((n, d), (n,)))
-    O_ref, L_ref = chunked_attention(Q, K, V, causal)  # every row: no slice of the output goes unchecked
-    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O",
+    # Rows drawn after the call: an eighth of the reference's work, and code wrong on even 1 % of
+    # its rows is caught 99 % of the time.
+    rows = np.sort(rng.choice(n, SAMPLED_ROWS, replace=False))
+    O_ref, L_ref = masked_attention(Q[rows], K, V, default_scale(d, None), visible(n, n, causal)[rows])
+    close(O[rows], O_ref, call, atol=O_ATOL, rtol=O_RTOL, what=f"O ({SAMPLED_ROWS} rows drawn at random)",
           hint="memory is fine, but O is wrong at this size; the other checks name the mistake")
-    close(L, L_ref, call, atol=L_ATOL, rtol=L_RTOL, what="L",
+    close(L[rows], L_ref, call, atol=L_ATOL, rtol=L_RTOL, what=f"L ({SAMPLED_ROWS} rows drawn at random)",
           hint="memory is fine, but L is wrong at this size; the other checks name the mistake")
 
 

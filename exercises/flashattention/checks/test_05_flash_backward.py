@@ -16,6 +16,7 @@ from ._attention_reference import (
     LONG_SLACK_BACKWARD,
     LONG_SQ,
     MEMORY_SIZE,
+    SAMPLED_ROWS,
     SHAPES,
     attention,
     attention_backward,
@@ -37,7 +38,6 @@ from ._attention_reference import (
 )
 
 ATOL, RTOL = 1e-9, 1e-8
-SAMPLED_ROWS = 512  # of dQ, dK and dV compared after the 4096² memory checks
 NAMES = ("dQ", "dK", "dV")
 
 
