@@ -16,11 +16,6 @@ FULL = bool(os.environ.get("DRILL_FULL_MATRIX"))
 SKIP_REASON = "graded in the full run only (DRILL_FULL_MATRIX=1, as CI sets)"
 
 
-def full_only(*marks) -> list:
-    """The marks of a parameter that only the full run grades."""
-    return [*marks, pytest.mark.full]
-
-
 def sample(params: list, every: int, slow=lambda p: True) -> list:
     """`params` (pytest.param objects) with all but every `every`-th slow one marked full-only.
 
@@ -30,7 +25,7 @@ def sample(params: list, every: int, slow=lambda p: True) -> list:
     for p in params:
         if slow(p):
             if n % every:
-                p = pytest.param(*p.values, id=p.id, marks=full_only(*p.marks))
+                p = pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.full])
             n += 1
         out.append(p)
     return out
