@@ -146,7 +146,7 @@ def _as_array(x):
     return x.detach().to("cpu", torch.float64).numpy()
 
 
-def rank_main(rank: int, world: int, port: int, folder: str, plan: dict, wfd: int) -> None:
+def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan: dict, wfd: int) -> None:
     user_name, cases = plan["user_file"], plan["cases"]
     function = plan.get("function", "ring_attention")
     in_names = plan.get("inputs", ["q", "k", "v"])
@@ -159,10 +159,18 @@ def rank_main(rank: int, world: int, port: int, folder: str, plan: dict, wfd: in
         inputs = {k: data[k] for k in data.files}  # this rank's shards only
     try:
         # Every connection is made now: the rank opens no new one once it is shut in.
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_GLOO_LAZY_INIT="0")
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "0"
         import datetime
 
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+        timeout = datetime.timedelta(seconds=120)
+        port = listener.getsockname()[1]
+        # Rank 0 serves the store on the launcher's socket, bound since before the fork: a port
+        # picked free and bound later can be taken meanwhile by a busy machine's other programs.
+        store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=timeout,
+                              master_listen_fd=listener.fileno() if rank == 0 else None, wait_for_workers=False)
+        if rank != 0:
+            listener.close()
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     except BaseException as exc:  # noqa: BLE001
         r.emit(event="init_error", **_describe(exc, ""))
         return
@@ -174,8 +182,8 @@ def rank_main(rank: int, world: int, port: int, folder: str, plan: dict, wfd: in
         case["group"] = spec  # a group of fewer than two ranks: the case is not run in this world
         if spec is not None and len(spec) > 1 and tuple(spec) not in groups:
             groups[tuple(spec)] = dist.new_group(ranks=list(spec))
-    if groups:
-        dist.barrier()  # members still meet through the store after a non-member has left new_group
+    # Over gloo: every rank is done with the store (init, new_group) before any rank cuts it.
+    dist.barrier()
     _cut_store(port)
     _shut_in(folder)
     r.wrap_distributed()
@@ -309,14 +317,15 @@ def _die_with_parent() -> None:
 # --------------------------------------------------------------------------- the launcher
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _listener() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    return s
 
 
 def run_world(world: int, work: str, plan: dict) -> dict:
-    port = _free_port()
+    listener = _listener()
     ranks = []
     for rank in range(world):
         rfd, wfd = os.pipe()
@@ -328,7 +337,7 @@ def run_world(world: int, work: str, plan: dict) -> dict:
                 for other in ranks:
                     os.close(other["fd"])
                 folder = os.path.join(work, "ranks", f"W{world}_r{rank}")
-                rank_main(rank, world, port, folder, plan, wfd)
+                rank_main(rank, world, listener, folder, plan, wfd)
             except BaseException:  # noqa: BLE001
                 code = 1
             finally:
@@ -339,6 +348,7 @@ def run_world(world: int, work: str, plan: dict) -> dict:
                     os._exit(code)
         os.close(wfd)
         ranks.append({"pid": pid, "fd": rfd, "buf": b"", "events": [], "open": True})
+    listener.close()  # rank 0 holds it now
     return _watch(world, ranks, plan)
 
 
