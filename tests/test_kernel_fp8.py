@@ -250,6 +250,7 @@ for d in (64, 128):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the GPU tests run the kernel itself")
+@pytest.mark.full  # a minute of sm_90 compiles on a CPU: graded in the full run (CI)
 @pytest.mark.parametrize("kind", ["fp8", "bf16"])
 def test_cpu_gluon_forward_compiles_for_hopper(kind):
     """gluon_fwd's warp-specialised forward, compiled for sm_90 with the installed Triton: with

@@ -102,6 +102,9 @@ def grade(job: dict, emit) -> int:
                         seed=int(job["seed"]), keyword=job.get("keyword") or "",
                         prefixes=tuple(job.get("prefixes") or ()))
     checks = job["checks_file"]
+    # Only drill's own plugins: a pytest plugin installed beside drill (xdist, rerunfailures, ...)
+    # has no say in a verdict, and not loading them saves a fifth of a second per grading.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     args = [checks, "-c", os.devnull, "--rootdir", os.path.dirname(checks),
             "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:terminal", "-p", "no:stepwise"]
     code = pytest.main(args, plugins=[recorder, fixtures])
