@@ -8,8 +8,8 @@ from drill import authoring, catalog
 from grading import PLANTED, by_exercise, grade_path, planted_files, solution_result
 from sampling import sample
 
-# The torch exercises' planted files (10-30 s each on a CPU): a quarter in a default run.
-FILES = sample([pytest.param(p, id=f"{p.parent.name}/{p.stem}") for p in planted_files()], every=4,
+# The torch exercises' planted files (5-10 s each on a CPU): a sixth in a default run.
+FILES = sample([pytest.param(p, id=f"{p.parent.name}/{p.stem}") for p in planted_files()], every=6,
                slow=lambda p: catalog.identify(p.values[0]).needs != "cpu")
 _results: dict = {}
 
