@@ -1,6 +1,6 @@
 """What a default `python -m pytest` grades of the slow matrices, and what only the full run does.
 
-The torch exercises grade in 10-30 s each on a CPU (ring ranks start torch, Triton kernels run
+The torch exercises grade in 5-20 s each on a CPU (ring ranks start torch, Triton kernels run
 under its interpreter), so a default run grades a fixed sample of their planted files and attacks;
 DRILL_FULL_MATRIX=1 (as .ci/run sets) grades all of them. A test left out is skipped with that
 reason, never dropped from the collection, so the count of what did not run is always shown.

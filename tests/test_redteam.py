@@ -187,7 +187,7 @@ def test_generic_attack_never_passes(template, ex, tmp_path, listener):
     _graded_without_trace(template, ex, tmp_path, listener)
 
 
-# The generic attacks against the torch exercises take 15-30 s each on a CPU: a default run grades
+# The generic attacks against the torch exercises take 5-20 s each on a CPU: a default run grades
 # one in eleven, two attacks per exercise (tests/sampling.py); the full run grades them all. Every
 # attack meets three NumPy exercises above in a default run.
 TORCH_MATRIX = [pytest.param(t, ex, id=f"{t.stem}-{ex.id}", marks=pytest.mark.full if (i + j) % 11 else ())
