@@ -403,8 +403,11 @@ def test_each_graded_question_answers_with_what_grading_did(lse_file: Path):
         outcomes = [grading.outcome(exp2.id), grading.outcome(shifted.id)]
     finally:
         grading.close()
-    assert outcomes[0].status == "fails" and "Two halves of the keys merge into attention over all of them" \
-        in outcomes[0].failed
+    # Which value checks catch exp2 depends on the seed (two parts of equal L weigh the same in
+    # either base); the random splits merge many parts and catch it on every seed seen.
+    assert outcomes[0].status == "fails"
+    assert any(name.startswith(("Two halves of the keys", "Random splits into 2 to 8 parts"))
+               for name in outcomes[0].failed), outcomes[0].failed
     assert outcomes[1].killed and outcomes[1].failed == [
         "Both parts -inf give O = 0 and L = -inf, with no NaN and no warning"]
     assert outcomes[1].label() == "raises RuntimeWarning in 1 check"
