@@ -73,6 +73,18 @@ def test_reference_tiled_forward_equals_attention(causal):
         np.testing.assert_allclose(L_t[np.isfinite(L)], L[np.isfinite(L)], atol=1e-12)
 
 
+def test_reference_long_attention_equals_attention():
+    """The long-K reference (one pass, a block of keys at a time) is plain attention, even with
+    ragged blocks and scores near 1e3 that a missing rescale would overflow or lose."""
+    rng = np.random.default_rng(3)
+    for sk, columns, spread in ((1000, 64, 1.0), (777, 100, 1.0), (513, 512, 300.0), (64, 1000, 30.0)):
+        Q, K, V = rng.normal(scale=spread, size=(5, 3)), rng.normal(size=(sk, 3)), rng.normal(size=(sk, 3))
+        O, L = ref.attention(Q, K, V, False)
+        O_b, L_b = ref.long_attention(Q, K, V, columns=columns)
+        np.testing.assert_allclose(O_b, O, atol=1e-12)
+        np.testing.assert_allclose(L_b, L, rtol=1e-13)
+
+
 def test_reference_rows_without_keys():
     """Bottom-right causal with sq > sk: the first sq - sk rows see nothing, O = 0, L = -inf, no warning."""
     rng = np.random.default_rng(2)
