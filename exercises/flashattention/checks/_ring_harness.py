@@ -14,24 +14,31 @@ ranks. Each rank
   * loads its own shards, joins a gloo group on 127.0.0.1,
   * shuts down its connections to the c10d store (used only to connect the group), then
     shuts itself in further: no new socket of any kind (a seccomp filter: the gloo mesh is
-    already connected), and a Landlock layer of its own: read and write only its own
-    folder, open no new TCP connection (ABI 4+), no signals to other processes (ABI 6+);
-    so it can neither read another rank's shards nor write another rank's results, and it
-    reaches the other ranks only through the gloo group,
+    already connected), nowhere to keep data but its own resident memory (a second filter:
+    no new process, memfd, System V segment or socketpair, no madvise page-out; a file size
+    limit), and a Landlock layer of its own: read only its own folder, write only the result
+    files the grader made there, open no new TCP connection (ABI 4+), no signals to other
+    processes (ABI 6+); so it can neither read another rank's shards nor write another
+    rank's results, and it reaches the other ranks only through the gloo group,
   * wraps the torch.distributed functions so every collective and every send/recv is
     written down (advice for honest users: a rank can undo this, so it may fail a check
     but never passes one), imports the user's file, and
   * calls the function the plan names (ring_attention unless told) on its shards of every
     case, with the explicit process group a case asks for, saving its outputs in its folder.
 Ranks report over a pipe, one JSON object per line. This process kills ranks that stop
-making progress (a deadlock) and writes WORK_DIR/summary.json with every rank's events.
+making progress (a deadlock) and writes WORK_DIR/summary.json with every rank's events, and
+each rank's peak resident memory over its whole life, kept by the kernel (wait4, when the rank
+is reaped); each rank reports its peak before it imports the user's file (its first "measure"
+event, written before any user code ran).
 They die with this process (PR_SET_PDEATHSIG); the grader ends the whole tree at the end.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -154,7 +161,9 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
     r = Rank(rank, world, wfd)
     r.emit(event="start")
     _die_with_parent()
+    _return_freed_memory()
     torch.set_num_threads(1)
+    cases = [c for c in cases if world in c.get("worlds", [world])]
     with np.load(os.path.join(folder, "inputs.npz"), allow_pickle=False) as data:
         inputs = {k: data[k] for k in data.files}  # this rank's shards only
     try:
@@ -185,8 +194,9 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
     # Over gloo: every rank is done with the store (init, new_group) before any rank cuts it.
     dist.barrier()
     _cut_store(port)
-    _shut_in(folder)
+    _shut_in(folder, int(plan.get("file_limit", {}).get(str(world), 1 << 20)))
     r.wrap_distributed()
+    r.emit(event="measure", peak=_peak_so_far())  # the first such event: no user code has run yet
     user_file = os.path.join(folder, user_name)
 
     def refuse(*args, **kwargs):
@@ -221,8 +231,10 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
             r.emit(event="case_done", case=name, outside=True)
             continue
         group = None if spec is None else groups[tuple(spec)]
-        shards = [torch.from_numpy(np.ascontiguousarray(inputs[f"{name}_{t}"])).clone() for t in in_names]
-        before = [s.clone() for s in shards]
+        # The loaded arrays themselves, and a digest instead of a copy: the harness holds nothing
+        # beyond the shards, so a rank's peak is the shards and what the user's code keeps.
+        shards = [torch.from_numpy(inputs.pop(f"{name}_{t}")) for t in in_names]
+        before = [_digest(x) for x in shards]
         r.barrier()
         r.case = name
         counter = _flop_counter()
@@ -234,8 +246,7 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
             r.emit(event="case_error", case=name, **_describe(exc, user_file))
             return
         r.case = None
-        changed = [t for t, a, b in zip(in_names, shards, before)
-                   if a.shape != b.shape or not torch.equal(a.nan_to_num(7.25), b.nan_to_num(7.25))]
+        changed = [t for t, x, digest in zip(in_names, shards, before) if _digest(x) != digest]
         result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__,
                   "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None}
         if isinstance(out, (tuple, list)) and len(out) == len(out_names):
@@ -248,6 +259,12 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
         r.emit(**result)
     r.barrier()  # every receive of every rank has completed: safe to leave
     r.emit(event="finished")
+
+
+def _digest(x: torch.Tensor) -> tuple:
+    """Shape, dtype and a hash of the bytes: enough to tell whether the call changed a tensor."""
+    array = x.detach().contiguous().numpy()
+    return tuple(array.shape), str(array.dtype), hashlib.blake2b(memoryview(array).cast("B")).hexdigest()
 
 
 def _cut_store(port: int) -> None:
@@ -277,18 +294,22 @@ def _cut_store(port: int) -> None:
             s.close()  # the duplicate only
 
 
-def _shut_in(folder: str) -> None:
-    """This rank's own layers: no new socket (seccomp), and with Landlock its folder only, no new
+def _shut_in(folder: str, file_limit: int) -> None:
+    """This rank's own layers: no new socket and nowhere to keep data but its own memory (seccomp,
+    a file size limit), and with Landlock: read its folder, write only its result files, no new
     TCP connection, no signals out."""
     if seccomp.available():
         seccomp.deny_new_sockets()
+        seccomp.deny_hidden_memory()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
     if sandbox.landlock_abi() < 1:
         return  # the grader reports "sandbox: partial"
     work = Path(folder).parent.parent  # the launcher's folder: other ranks' shards and results
     policy = sandbox.Policy(Path(folder), [work])
     devices = [d for d in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(d)]
     read, listed = policy.paths()
-    sandbox._apply_landlock((read, [policy.scratch.as_posix()], devices, listed), net=_NET_TCP)
+    results = sorted(str(p) for p in Path(folder).glob("out_*.npy"))
+    sandbox._apply_landlock((read + [policy.scratch.as_posix()], results, devices, listed), net=_NET_TCP)
 
 
 def _flop_counter():
@@ -301,6 +322,18 @@ def _flop_counter():
         import contextlib
 
         return contextlib.nullcontext()
+
+
+def _return_freed_memory() -> None:
+    """Large blocks straight from mmap and back on free (glibc would otherwise raise its threshold
+    after the first free and keep later blocks in its heap): a rank's resident peak is then what
+    its code held at once, the same from run to run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD: 64 KiB, fixed
+    except (OSError, AttributeError):  # not glibc: the peak is only less tight
+        pass
 
 
 def _die_with_parent() -> None:
@@ -350,6 +383,18 @@ def run_world(world: int, work: str, plan: dict) -> dict:
         ranks.append({"pid": pid, "fd": rfd, "buf": b"", "events": [], "open": True})
     listener.close()  # rank 0 holds it now
     return _watch(world, ranks, plan)
+
+
+def _peak_so_far() -> int | None:
+    """This process's VmHWM, in bytes."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _watch(world: int, ranks: list, plan: dict) -> dict:
@@ -405,10 +450,11 @@ def _watch(world: int, ranks: list, plan: dict) -> dict:
             os.kill(r["pid"], signal.SIGKILL)
         except ProcessLookupError:
             pass
-        os.waitpid(r["pid"], 0)
+        _, _, usage = os.wait4(r["pid"], 0)
+        r["peak"] = usage.ru_maxrss * 1024  # kilobytes on Linux: the rank's whole life, kept by the kernel
         os.close(r["fd"])
     return {"world": world, "status": status, "seconds": round(time.monotonic() - started, 3),
-            "ranks": [r["events"] for r in ranks]}
+            "ranks": [r["events"] for r in ranks], "peaks": [r["peak"] for r in ranks]}
 
 
 def _warm_up() -> None:
@@ -420,7 +466,7 @@ def _warm_up() -> None:
 
 def _hung_in_group(run: dict, plan: dict) -> bool:
     """Did the ranks hang in a case with an explicit group? Larger rings are still worth running then."""
-    for case in plan["cases"]:
+    for case in (c for c in plan["cases"] if run["world"] in c.get("worlds", [run["world"]])):
         if not all(any(e.get("event") == "case_done" and e.get("case") == case["name"] for e in events)
                    for events in run["ranks"]):
             return case.get("group") is not None

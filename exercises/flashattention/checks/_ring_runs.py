@@ -33,6 +33,9 @@ HARNESS = Path(__file__).with_name("_ring_harness.py")
 SUMMARY_LIMIT_BYTES = 8 * 1024 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024  # one rank's o or lse: a few hundred floats
 WORLDS = (2, 3, 4)
+# A ring of 8 with shards of 4 MiB: a rank that gathers every K/V shard holds 2·8 of them, one
+# that passes them on holds its own and the one arriving; the kernel counts each rank's peak.
+MEMORY_WORLD = 8
 PROGRESS_LIMIT_S = 10.0  # no rank finished a case for this long: the ranks are stuck
 LAUNCH_LIMIT_S = 100.0  # the whole launcher, a backstop only
 
@@ -46,6 +49,11 @@ class Case:
     spread: float  # q and k entries ~ N(0, spread²): scores ~ N(0, spread⁴)
     poison_last_v: bool = False  # the last shard's V is NaN: only a rank that uses it sees NaN
     group: tuple | None = None  # the global ranks of an explicit process group (None: the default group)
+    worlds: tuple = WORLDS  # the world sizes that run this case
+
+    @property
+    def shard_bytes(self) -> int:
+        return self.n * self.d * 8
 
     def call(self, world: int, rank: int) -> str:
         members = group_ranks(self, world)
@@ -62,6 +70,7 @@ CASES = (
     Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     Case("group", causal=True, n=4, d=8, spread=1.0, group=(1, 2, 3)),
+    Case("memory", causal=False, n=4, d=131072, spread=1.0, worlds=(MEMORY_WORLD,)),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -70,7 +79,7 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
     # From the run's secret seed: a rank cannot rebuild the other ranks' shards from its own.
     rng = np.random.default_rng(fixtures.seed(6060 + world))
     arrays = {}
-    for case in CASES:
+    for case in cases_in(CASES, world):
         s = case.n * len(group_ranks(case, world))
         q = rng.normal(scale=case.spread, size=(s, case.d))
         k = rng.normal(scale=case.spread, size=(s, case.d))
@@ -93,7 +102,7 @@ class Runs:
         self.launch_error = launch_error
         self.worlds = {}
         for w in (summary or {}).get("worlds", []) if isinstance(summary, dict) else []:
-            if isinstance(w, dict) and w.get("world") in WORLDS and isinstance(w.get("ranks", []), list):
+            if isinstance(w, dict) and w.get("world") in inputs and isinstance(w.get("ranks", []), list):
                 w["ranks"] = [[e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
                               for events in w.get("ranks", [])]
                 self.worlds[w["world"]] = w
@@ -112,6 +121,18 @@ class Runs:
 
     def arrays(self, world: int, rank: int, case: str) -> dict[str, np.ndarray]:
         return self.results.get((world, rank, case), {})
+
+    def peak_bytes(self, world: int, rank: int) -> int | None:
+        """The rank's peak resident memory over its life, as the kernel counted it (the launcher's wait4)."""
+        peaks = self.worlds.get(world, {}).get("peaks", [])
+        value = peaks[rank] if isinstance(peaks, list) and rank < len(peaks) else None
+        return value if isinstance(value, int) else None
+
+    def peak_before_user(self, world: int, rank: int) -> int | None:
+        """The rank's peak before the user's file was imported: its shards, torch and gloo."""
+        first = next((e for e in self.events(world, rank) if e.get("event") == "measure"), {})
+        value = first.get("peak")  # later "measure" events could come from the user's code: never read
+        return value if isinstance(value, int) else None
 
     def ops(self, world: int, rank: int, case: str | None = None) -> list[dict]:
         """Recorded communication calls (entries only), optionally of one case."""
@@ -229,7 +250,8 @@ def launch(subject, user_file: str, cases=CASES, make=None, function: str = "rin
 
     `make(world)` gives the full arrays `{case}_{name}` (rows = positions); a case with a `group`
     (global ranks) shards its sequence over the group's members only, in group order."""
-    inputs = {w: (make or make_inputs)(w) for w in WORLDS}
+    worlds = sorted({w for case in cases for w in case.worlds})
+    inputs = {w: (make or make_inputs)(w) for w in worlds}
     work = subject.script_scratch("ring")
     shutil.copyfile(HARNESS, work / HARNESS.name)
     for module in ("sandbox", "seccomp", "namespaces"):
@@ -243,17 +265,21 @@ def launch(subject, user_file: str, cases=CASES, make=None, function: str = "rin
             folder.mkdir(parents=True)
             (folder / name).write_bytes(source)
             shards = {}
-            for case in cases:
+            for case in cases_in(cases, w):
                 members = group_ranks(case, w)
                 if rank not in members:
                     continue
                 at = members.index(rank)
                 rows = slice(at * case.n, (at + 1) * case.n)
                 shards.update({f"{case.name}_{t}": arrays[f"{case.name}_{t}"][rows] for t in names})
+                for key in outputs:  # the only files a rank may write (it may create none)
+                    (folder / f"out_{case.name}_{key}.npy").touch()
             np.savez(folder / "inputs.npz", **shards)
-    plan = {"worlds": list(WORLDS), "progress_limit_s": PROGRESS_LIMIT_S, "user_file": name,
+    plan = {"worlds": worlds, "progress_limit_s": PROGRESS_LIMIT_S, "user_file": name,
             "function": function, "inputs": list(names), "outputs": list(outputs),
-            "cases": [{"name": c.name, "causal": c.causal, "group": _group_spec(c)} for c in cases]}
+            "file_limit": {str(w): _result_limit(cases_in(cases, w)) for w in worlds},
+            "cases": [{"name": c.name, "causal": c.causal, "group": _group_spec(c), "worlds": list(c.worlds)}
+                      for c in cases]}
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
     code, tail = subject.run_script(work, HARNESS.name, [str(work)], LAUNCH_LIMIT_S, sockets=True)
     error = ""
@@ -270,15 +296,25 @@ def launch(subject, user_file: str, cases=CASES, make=None, function: str = "rin
         except ValueError:
             summary = None
     results = {}
-    for w in WORLDS:
+    for w in worlds:
         for rank in range(w):
             folder = work / "ranks" / f"W{w}_r{rank}"
-            for case in cases:
-                found = {key: load_array(folder / f"out_{case.name}_{key}.npy", RESULT_LIMIT_BYTES)
+            for case in cases_in(cases, w):
+                found = {key: load_array(folder / f"out_{case.name}_{key}.npy", _result_limit([case]))
                          for key in outputs}
                 results[(w, rank, case.name)] = {k: a.astype(np.float64) for k, a in found.items()
                                                  if a is not None and a.dtype.kind in "fiu"}
     return Runs(inputs, summary, results, error, cases, function, names)
+
+
+def cases_in(cases, world: int) -> list:
+    """The cases a world of this size runs."""
+    return [c for c in cases if world in c.worlds]
+
+
+def _result_limit(cases) -> int:
+    """The largest result file a rank may write for these cases: one shard and a .npy header."""
+    return max([RESULT_LIMIT_BYTES] + [c.shard_bytes + 4096 for c in cases])
 
 
 def group_ranks(case, world: int) -> list[int]:
