@@ -27,15 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from drill.grader import fixtures, sandbox, usertrace
+from drill.grader.expect import fail
 from drill.grader.proxy import load_array, read_regular
 
 HARNESS = Path(__file__).with_name("_ring_harness.py")
 SUMMARY_LIMIT_BYTES = 8 * 1024 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024  # one rank's o or lse: a few hundred floats
 WORLDS = (2, 3, 4)
-# A ring of 8 with shards of 4 MiB: a rank that gathers every K/V shard holds 2·8 of them, one
-# that passes them on holds its own and the one arriving; the kernel counts each rank's peak.
-MEMORY_WORLD = 8
+# Rings of 4 and of 8 with shards of 4 MiB: a rank that passes shards on holds as much in either,
+# one that gathers every K/V shard holds 2·4 more in the larger; the kernel counts each peak.
+MEMORY_WORLDS = (4, 8)
 PROGRESS_LIMIT_S = 10.0  # no rank finished a case for this long: the ranks are stuck
 LAUNCH_LIMIT_S = 100.0  # the whole launcher, a backstop only
 
@@ -70,7 +71,7 @@ CASES = (
     Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     Case("group", causal=True, n=4, d=8, spread=1.0, group=(1, 2, 3)),
-    Case("memory", causal=False, n=4, d=131072, spread=1.0, worlds=(MEMORY_WORLD,)),
+    Case("memory", causal=False, n=4, d=131072, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -305,6 +306,33 @@ def launch(subject, user_file: str, cases=CASES, make=None, function: str = "rin
                 results[(w, rank, case.name)] = {k: a.astype(np.float64) for k, a in found.items()
                                                  if a is not None and a.dtype.kind in "fiu"}
     return Runs(inputs, summary, results, error, cases, function, names)
+
+
+def check_rank_memory(runs: Runs, case, most: float, gathered: str) -> None:
+    """Verified: a rank of the larger ring holds at most `most` shards more than the most any rank
+    of the smaller one held. Each figure is a rank's peak over its life less the peak it had
+    reached before the user's file was imported, both kept by the kernel; an honest ring holds
+    the same whatever its size, so no allowance for the user's own buffers is needed."""
+    mib = case.shard_bytes / 2**20
+    held = {}
+    for world in MEMORY_WORLDS:
+        for rank in range(world):
+            peak, before = runs.peak_bytes(world, rank), runs.peak_before_user(world, rank)
+            if peak is None or before is None:
+                fail(f"rank {rank}'s peak memory could not be measured on this machine (Linux /proc and wait4 "
+                     "are needed), so this check cannot pass", called=case.call(world, rank))
+            held[world, rank] = (peak - before) / case.shard_bytes
+    small, large = MEMORY_WORLDS
+    base = max(held[small, r] for r in range(small))
+    rank = max(range(large), key=lambda r: held[large, r])
+    if held[large, rank] - base > most:
+        fail(f"rank {rank} of {large} held {held[large, rank]:.1f} shards' worth ({held[large, rank] * mib:.0f} MiB) "
+             f"above its own inputs, against at most {base:.1f} for a rank of {small}: its memory grows with the ring",
+             called=case.call(large, rank), got=f"{held[large, rank] - base:+.1f} shards from {small} ranks to {large}",
+             expected=f"at most {most:+g}: a rank holds its own shards and those in flight, however many ranks",
+             hint=f"each rank added to the ring adds its shard to every rank's memory: {gathered} are all held at "
+                  "once, as after an all-gather, the memory ring attention exists to avoid. Pass each shard on "
+                  "once it is used, and keep no list of received shards")
 
 
 def cases_in(cases, world: int) -> list:

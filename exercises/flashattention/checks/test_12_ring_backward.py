@@ -19,7 +19,7 @@ import pytest
 from drill.grader import fixtures, submission
 from drill.grader.expect import CheckFailure, close, fail, matches, show
 
-from ._ring_runs import WORLDS, Case, group_ranks, launch
+from ._ring_runs import MEMORY_WORLDS, WORLDS, Case, cases_in, check_rank_memory, group_ranks, launch
 
 NAMES = ("q", "k", "v", "o", "lse", "do")
 GRADS = ("dq", "dk", "dv")
@@ -45,9 +45,12 @@ CASES = (
     BackwardCase("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     BackwardCase("group", causal=True, n=3, d=8, spread=1.0, group=(1, 2, 3)),
+    BackwardCase("memory", causal=False, n=4, d=131072, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
-TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9}
+TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9,
+       "memory": 1e-9}
+MEMORY_GROWTH = 2  # shards, ring of 4 to ring of 8: honest rings within ±0.4
 
 
 # --------------------------------------------------------------------------- float64 reference
@@ -102,7 +105,7 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
     # From the run's secret seed: a rank cannot rebuild the other ranks' shards from its own.
     rng = np.random.default_rng(fixtures.seed(1212 + world))
     arrays = {}
-    for case in CASES:
+    for case in cases_in(CASES, world):
         s = case.n * len(group_ranks(case, world))
         q = rng.normal(scale=case.spread, size=(s, case.d))
         k = rng.normal(scale=case.spread, size=(s, case.d))
@@ -412,3 +415,10 @@ def test_inputs_unchanged(runs):
                               "tensors: the caller still owns its shards")
     if not finished:
         fail(runs.problem(WORLDS[0], "plain") or "no case finished", called="ring_attention_backward on each rank")
+
+
+def test_memory_per_rank(runs):
+    """No rank's peak memory grows with the ring (rings of 4 and 8, shards of 4 MiB): no rank holds every shard or gradient"""
+    for world in MEMORY_WORLDS:
+        _compare_case(runs, world, "memory")
+    check_rank_memory(runs, BY_NAME["memory"], MEMORY_GROWTH, "the K and V shards (or their gradients) of every rank")
