@@ -265,6 +265,7 @@ def test_ranks_finish(runs):
             fail(why, called=f"ring_attention_backward on each of {world} ranks, for {len(CASES)} cases")
 
 
+@pytest.mark.observed
 def test_point_to_point(runs):
     """K/V shards and their gradients travel by point-to-point send/recv, not by collectives"""
     ran = False
@@ -293,6 +294,7 @@ def test_point_to_point(runs):
         fail(runs.problem(WORLDS[0], "plain") or "no case finished", called="ring_attention_backward on each rank")
 
 
+@pytest.mark.observed
 def test_ring_neighbours(runs):
     """Each rank sends to one ring neighbour only and receives from the other only"""
     checked = False
@@ -396,6 +398,7 @@ def test_explicit_group(runs):
         _compare_case(runs, world, "group")
 
 
+@pytest.mark.observed
 def test_inputs_unchanged(runs):
     """q, k, v, o, lse and do are left unchanged"""
     finished = False

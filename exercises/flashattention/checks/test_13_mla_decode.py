@@ -238,8 +238,9 @@ def test_memory(sub, rng):
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
 
 
+@pytest.mark.observed
 def test_reads_cache_once(sub, rng):
-    """The latent cache is read once, rows 0 .. seq_len - 1 only (observed)"""
+    """The latent cache is read once, rows 0 .. seq_len - 1 only"""
     S, seq_len, block = 200, 150, 32
     x = draw(rng, 6, 16, 8, 4, 8, S, seq_len, poison=0.0)
     call = Call("mla_decode", x.describe() + f", block={block}")
