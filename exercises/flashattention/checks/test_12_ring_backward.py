@@ -225,11 +225,16 @@ def _compare_case(runs, world: int, case: str, ranks=None) -> None:
             if got.shape != want.shape:
                 fail(f"{what} has the wrong shape", called=c.call(world, rank), got=f"shape {got.shape}",
                      expected=f"shape {want.shape}: the gradient of this rank's own shard only")
+            nan_hint = ""
+            if c.poison_last_v and index > 0:  # only the last shard's own dk, dv meet its NaN V
+                nan_hint = (f"shard {rank}'s {name} never meets the last shard's V (the NaN one), so this rank "
+                            "returned, or added in, another shard's gradient: dK and dV travel with their shard "
+                            "and must end on the rank that owns it")
             try:
-                close(got, want, c.call(world, rank), atol=TOL[case], rtol=TOL[case], what=what)
+                close(got, want, c.call(world, rank), atol=TOL[case], rtol=TOL[case], what=what, nan_hint=nan_hint)
             except CheckFailure:
                 close(got, want, c.call(world, rank), atol=TOL[case], rtol=TOL[case], what=what,
-                      hint=_diagnose(runs, world, case, rank, index, got))
+                      hint=_diagnose(runs, world, case, rank, index, got), nan_hint=nan_hint)
 
 
 def _default_cases():
