@@ -357,7 +357,8 @@ def test_large_logits(runs):
             except CheckFailure as failure:
                 outs = _outputs(runs, world, case)
                 if any(not np.isfinite(g).all() for grads in outs.values() for g in grads):
-                    raise CheckFailure(str(failure), called=BY_NAME[case].call(world, 0),
+                    raise CheckFailure(failure.summary, called=failure.called, got=failure.got,
+                                       expected=failure.expected,
                                        hint="NaN or inf with scores near 1e3: rebuild P as exp(S - lse) with the "
                                             "row's lse (every entry is then at most 1), never exp(S) / exp(lse)") \
                         from None
