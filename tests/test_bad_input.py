@@ -188,6 +188,19 @@ def test_escape_sequences_from_user_code_never_reach_the_terminal(tmp_path):
     assert proc.returncode == 1 and "\x1b[2J" not in proc.stdout and "\x1b[32mPASSED" not in proc.stdout
 
 
+def test_c1_controls_and_bidi_overrides_never_reach_the_report(tmp_path):
+    """U+009B is a one-character CSI and U+202E reverses what follows it (issue 31): both are
+    stripped from the report and --json, in a message and in printed output alike."""
+    body = GOOD.read_text().replace('    """One streaming step: returns (m_new, l_new)."""',
+                                    '    print("\\u009b2J\\u202eDESSAP"); raise ValueError("\\u009b32m\\u2066ok\\u202e")')
+    path = write(tmp_path, body)
+    rc, doc = check_json(path)
+    text = json.dumps(doc, ensure_ascii=False)
+    assert rc == 1 and "DESSAP" in text and not any(c in text for c in "\u009b\u202e\u2066"), text[:500]
+    proc = drill("check", str(path))
+    assert proc.returncode == 1 and not any(c in proc.stdout for c in "\u009b\u202e\u2066")
+
+
 def test_an_error_names_the_deepest_line_of_your_file(tmp_path):
     # The user's function calls a helper of theirs, which calls into the standard library:
     # the line named is the helper's (the user's own line closest to the error).

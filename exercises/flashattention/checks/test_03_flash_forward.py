@@ -338,6 +338,7 @@ def test_memory_long_keys(sub, rng):
     close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
 
 
+@pytest.mark.observed
 def test_inputs_untouched(sub, rng):
     """Q, K and V are not modified"""
     Q, K, V = _inputs(rng, 19, 23, 4)

@@ -325,6 +325,7 @@ def test_memory_long_keys(sub, rng):
               hint=f"memory is fine, but {name} is wrong on a long K")
 
 
+@pytest.mark.observed
 def test_inputs_untouched(sub, rng):
     """Q, K, V, O, L and dO are not modified"""
     p = Problem(rng, 23, 19, 4, Br=8, Bc=8, causal=True)  # sq > sk: L starts with four -inf rows

@@ -214,6 +214,7 @@ def test_ranks_finish(runs):
             fail(why, called=f"ring_attention on each of {world} ranks, for {len(CASES)} cases")
 
 
+@pytest.mark.observed
 def test_point_to_point(runs):
     """K/V shards travel by point-to-point send/recv, not by collectives"""
     ran = False
@@ -256,6 +257,7 @@ def _receives(ops) -> list:
     return out
 
 
+@pytest.mark.observed
 def test_ring_neighbours(runs):
     """Each rank sends to one ring neighbour only and receives from the other only"""
     checked = False
@@ -346,6 +348,7 @@ def test_skips_future_shards(runs):
                       "what saves about half the work of causal ring attention")
 
 
+@pytest.mark.observed
 def test_inputs_unchanged(runs):
     """q, k and v are left unchanged"""
     finished = False

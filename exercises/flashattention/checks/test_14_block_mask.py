@@ -326,9 +326,10 @@ def _observe(sub, rng, case):
     return call, n, kinds, outcome
 
 
+@pytest.mark.observed
 @pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
 def test_skips_empty_tiles(sub, rng, case):
-    """No score tile is computed for an empty block (observed: rows of Q and K read)"""
+    """No score tile is computed for an empty block (seen in the rows of Q and K read)"""
     call, n, kinds, outcome = _observe(sub, rng, case)
     _, _, _, Br, Bc = SPARSE[case]
     reads, truncated = iocount.summarize(outcome.reads, {"Q": n, "K": n, "V": n})
@@ -358,9 +359,10 @@ def test_skips_empty_tiles(sub, rng, case):
                "the non-empty tiles from the arrays you were given"))
 
 
+@pytest.mark.observed
 @pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
 def test_full_tiles_unmasked(sub, rng, case):
-    """No mask is applied to a full tile (observed: np.where on a score tile whose pairs are all visible)"""
+    """No mask is applied to a full tile (np.where on a score tile whose pairs are all visible)"""
     call, n, kinds, outcome = _observe(sub, rng, case)
     masked_full = outcome.extra.get("all_visible", 0)
     if not isinstance(masked_full, int) or masked_full <= 0:
