@@ -1,4 +1,4 @@
-"""Diagnoses that match the code (issue 32): a planted mistake is told its own likely mistake, not a
+"""Diagnoses that match the code: a planted mistake is told its own likely mistake, not a
 neighbouring one. Each row: a planted file, the check it fails, a phrase its "likely mistake" must
 hold and one it must not (the diagnosis it was given before)."""
 
@@ -20,6 +20,10 @@ CASES = {
     # P rebuilt as exp(S) / exp(lse): inf / inf at scores near 1e3, once told both the overflow and,
     # first, the default exp(-inf - (-inf)) hint.
     "ring-backward/naive_exp": ("Scores of about", "never exp(S) / exp(lse)", "exp(-inf - (-inf))"),
+    # Kernels built for 16 columns whatever D: S·16 values written per head, once told to use
+    # triton.cdiv for the grid.
+    "triton-backward/head_dim_hardcoded": ("Head dims other than the usual one", "as if the head dim were 16",
+                                           "triton.cdiv"),
 }
 
 

@@ -298,6 +298,12 @@ def unwritten(got, name: str) -> str:
                 "one program per axis (triton.cdiv(S, BLOCK) is 1 even when S < BLOCK)?")
     per_row = rows.any(dim=0).any(dim=0)
     first = int(per_row.nonzero()[0])
+    D = got.shape[-1]
+    written = int((got[0, 0] != POISON).sum())  # a kernel built for head dim d fills S·d values of a head
+    if first > 0 and written % S == 0 and 0 < written // S < D and D % (written // S) == 0:
+        return (f"only {S}×{written // S} values of each head of {name} were written, as if the head dim were "
+                f"{written // S}, not {D}: pass D = q.shape[-1] to the kernels (a tl.constexpr) rather than a "
+                "fixed width")
     if first > 0 and bool(rows[..., first:].all()):
         return (f"rows {first}..{S - 1} of {name} were never written in any head: the grid must cover every row, "
                 "triton.cdiv(S, BLOCK) programs, not S // BLOCK")
