@@ -79,13 +79,16 @@ def pycache_dir() -> Path:
 
 def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
           keyword: str | None = None, first_failure: bool = False, repro: bool = False,
-          seed: int | None = None, shadow: bytes | None = None, only: tuple[str, ...] = ()) -> GradeResult:
+          seed: int | None = None, shadow: bytes | None = None, only: tuple[str, ...] = (),
+          memory_after_failure: bool = True) -> GradeResult:
     """Grade `user_file`. `seed` replays a run's random inputs (from --json or --repro); by default a
     secret one is drawn, so no file can know its inputs before the checks send them.
 
     `shadow`: another version of the file (a what-if mutant's original); every call the checks
     make is repeated on it and the results compared, reported in `result.equivalence`.
-    `only`: grade just the checks whose names start with one of these (a planted file's claims)."""
+    `only`: grade just the checks whose names start with one of these (a planted file's claims).
+    `memory_after_failure=False`: once a check has failed, the peak-memory checks are reported not run
+    (a what-if mutant is killed by then; each of them starts a fresh subject)."""
     user_file = Path(os.path.abspath(user_file))
     seed_chosen = seed is not None
     seed = int(seed) if seed_chosen else secrets.randbelow(2**63)
@@ -120,7 +123,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             "env": subject_env(exercise), "keyword": keyword, "first_failure": first_failure, "timeout": timeout,
             "repro": str(Path(tmp) / "repro.npz") if repro else "", "seed": seed,
             "shadow_file": str(shadow_copy) if shadow_copy is not None else "",
-            "prefixes": list(only),
+            "prefixes": list(only), "memory_after_failure": memory_after_failure,
         }
         with open(Path(tmp) / "worker-stderr.txt", "w+b") as stderr:
             proc = start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)
@@ -340,6 +343,7 @@ def summary(checks: list[CheckResult], collected: int, stopped: str = "", timeou
     checks passed of the checks that apply here (a skipped check applies to another machine)."""
     skipped = sum(1 for c in checks if c.status == "skip")
     passed = sum(1 for c in checks if c.status == "pass")
+    spared = sum(1 for c in checks if c.status == "not-run")  # peak-memory checks left out after a failure
     applicable = collected - skipped
     tail = f" ({skipped} skipped)" if skipped else ""
     if applicable == 0:
@@ -347,6 +351,8 @@ def summary(checks: list[CheckResult], collected: int, stopped: str = "", timeou
     if passed == applicable:
         return ("all " if applicable > 1 else "") + f"{plural(applicable, 'check')} passed" + tail
     text = f"{passed} of {plural(applicable, 'check')} passed"
+    if spared:
+        text += f"; {plural(spared, 'peak-memory check')} not run after a failure"
     left = collected - len(checks)
     if left:
         why = "after the first failure" if stopped == "first failure" else f"in the {timeout:g} s time limit"

@@ -100,7 +100,8 @@ def grade(job: dict, emit) -> int:
     recorder = Recorder(emit, float(job["deadline"]), int(job["memory_mb"]),
                         first_failure=bool(job.get("first_failure")), repro_path=job.get("repro") or "",
                         seed=int(job["seed"]), keyword=job.get("keyword") or "",
-                        prefixes=tuple(job.get("prefixes") or ()))
+                        prefixes=tuple(job.get("prefixes") or ()),
+                        memory_after_failure=job.get("memory_after_failure", True))
     checks = job["checks_file"]
     # Only drill's own plugins: a pytest plugin installed beside drill (xdist, rerunfailures, ...)
     # has no say in a verdict, and not loading them saves a fifth of a second per grading.
