@@ -135,7 +135,7 @@ def file_key(source: bytes, exercise: Exercise) -> str:
 
 
 def grade_source(exercise: Exercise, source: str, timeout: float, original: str | None = None,
-                 first_failure: bool = False) -> Outcome:
+                 first_failure: bool = False, server=None) -> Outcome:
     """Grade one version of the file in the sandbox (it is written to a private folder first).
 
     With `original`, a survivor is graded once more on fresh inputs with the original file
@@ -144,17 +144,18 @@ def grade_source(exercise: Exercise, source: str, timeout: float, original: str 
     `first_failure` stops at the first failing check: enough to know the mutant is killed (the
     mutation score), not to ask which checks fail. Without it, every check runs but the peak-memory
     ones once a check has failed: they would add to a verdict already reached, at most of the cost
-    (Outcome.not_run names them).
+    (Outcome.not_run names them). `server`: a runner.ForkServer to fork the trusted workers from.
     """
     from drill.grader.runner import grade
 
     with tempfile.TemporaryDirectory(prefix="drill-whatif-") as folder:
         path = Path(folder) / exercise.file
         path.write_text(source, encoding="utf-8")
-        outcome = outcome_of(grade(exercise, path, timeout, first_failure=first_failure, memory_after_failure=False))
+        outcome = outcome_of(grade(exercise, path, timeout, first_failure=first_failure, memory_after_failure=False,
+                                   server=server))
         if outcome.status == "survives" and original is not None:
             # Every call runs twice (mutant, then original): twice the time.
-            compared = grade(exercise, path, 2 * timeout, shadow=original.encode("utf-8"))
+            compared = grade(exercise, path, 2 * timeout, shadow=original.encode("utf-8"), server=server)
             outcome.equivalent, outcome.evidence = equivalence_of(compared)
         return outcome
 
@@ -177,14 +178,14 @@ def equivalence_of(result: GradeResult) -> tuple[bool | None, str]:
 
 
 def _prepared_or_graded(key: str | None, mutant_id: str, exercise: Exercise, source: str, timeout: float,
-                        original: str | None, first_failure: bool) -> Outcome:
+                        original: str | None, first_failure: bool, server) -> Outcome:
     if key is not None:
         from drill.whatif_prepare import wait_for_outcome
 
         found = wait_for_outcome(key, mutant_id)
         if found is not None:
             return Outcome.from_json(found)
-    return grade_source(exercise, source, timeout, original, first_failure)
+    return grade_source(exercise, source, timeout, original, first_failure, server)
 
 
 class Grading:
@@ -203,10 +204,16 @@ class Grading:
         self.total = len(mutants)
         self._pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="drill-whatif")
         waiting = prepared[1] if prepared else set()
+        left = [m for m in mutants if m.id not in self.ready]
+        from drill.grader.runner import ForkServer
+
+        # Every grading's worker forked from one that has imported the grader: a third of a killed
+        # mutant's CPU was that start-up.
+        self._server = ForkServer() if left else None
         self._futures: dict[str, Future] = {
             m.id: self._pool.submit(_prepared_or_graded, prepared[0] if m.id in waiting else None, m.id,
-                                    exercise, m.source, timeout, original, first_failure)
-            for m in mutants if m.id not in self.ready}
+                                    exercise, m.source, timeout, original, first_failure, self._server)
+            for m in left}
 
     def done(self) -> int:
         return len(self.ready) + sum(1 for mid, f in self._futures.items() if f.done() and mid not in self.ready)
@@ -226,6 +233,8 @@ class Grading:
     def close(self) -> None:
         # Grades already running finish (each within its timeout); queued ones never start.
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._server is not None:
+            self._server.close()
 
 
 # -- questions ------------------------------------------------------------------

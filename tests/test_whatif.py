@@ -436,6 +436,26 @@ def test_a_killed_mutant_leaves_out_the_peak_memory_checks_and_its_answer_says_s
     assert whatif.Outcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
 
 
+def test_workers_forked_from_one_server_grade_as_started_ones(tmp_path: Path):
+    from drill.grader.runner import ForkServer, grade
+
+    passing, failing = tmp_path / "pass" / LSE.file, tmp_path / "fail" / LSE.file
+    source = LSE.solution_path.read_text()
+    for path, text in ((passing, source), (failing, mutate.mutants(source)[0].source)):
+        path.parent.mkdir()
+        path.write_text(text)
+    server = ForkServer()
+    try:
+        forked = [grade(LSE, path, 20, seed=7, server=server) for path in (passing, failing, passing)]
+    finally:
+        server.close()
+    started = [grade(LSE, path, 20, seed=7) for path in (passing, failing)]
+    for one, other in zip(forked, started + started[:1]):
+        assert (one.status, one.message, [(c.name, c.status, c.message) for c in one.checks]) == \
+            (other.status, other.message, [(c.name, c.status, c.message) for c in other.checks])
+    assert [r.status for r in forked] == ["pass", "fail", "pass"] and server._proc.returncode == 0
+
+
 def test_every_check_that_measures_peak_memory_is_marked_so():
     # What-if grading runs the marked checks last and leaves them out after a failure; an unmarked
     # one would only cost the time this saves.
