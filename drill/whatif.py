@@ -207,8 +207,7 @@ class Grading:
         left = [m for m in mutants if m.id not in self.ready]
         from drill.grader.runner import ForkServer
 
-        # Every grading's worker forked from one that has imported the grader: a third of a killed
-        # mutant's CPU was that start-up.
+        # Every grading's worker forked from one that has imported the grader (runner.ForkServer).
         self._server = ForkServer() if left else None
         self._futures: dict[str, Future] = {
             m.id: self._pool.submit(_prepared_or_graded, prepared[0] if m.id in waiting else None, m.id,

@@ -56,7 +56,7 @@ def serve(sock: socket.socket) -> int:
     imports once, then forks one worker per job.
 
     It never starts a subject and reads nothing but the runner's requests, so each child begins
-    from the same state as a fresh `python -m drill.grader.worker`, less a fifth of a second
+    from the same state as a fresh `python -m drill.grader.worker`, less about 0.15 s of CPU
     of interpreter start and imports (numpy, pytest, the grader). Requests, one packet each:
     a job with two descriptors (the child's stdout and stderr), answered with the child's pid;
     {"stop": pid}, which ends that child as runner.stop_trusted ends a worker and answers
