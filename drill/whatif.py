@@ -56,6 +56,8 @@ class Outcome:
     # True (same values each time), False (a gap in the checks: `evidence` says where), None (not compared)
     equivalent: bool | None = None
     evidence: str = ""
+    # Peak-memory checks left out once a check had failed (each starts a fresh subject); the label says so
+    not_run: list[str] = field(default_factory=list)
 
     @property
     def killed(self) -> bool:
@@ -64,6 +66,10 @@ class Outcome:
     def label(self, total: int = 0, lang: str = "en") -> str:
         """The outcome as one multiple-choice answer (`total`: how many checks there are); two
         outcomes with one label are the same answer."""
+        text = self._label(total, lang)
+        return text + LABELS[lang]["not_run"].format(n=len(self.not_run)) if self.not_run else text
+
+    def _label(self, total: int, lang: str) -> str:
         w = LABELS[lang]
         if self.status in ("survives", "timeout", "error"):
             return w[self.status]
@@ -86,18 +92,18 @@ class Outcome:
     @classmethod
     def from_json(cls, doc: dict) -> "Outcome":
         return cls(**{k: doc[k] for k in ("status", "failed", "diagnoses", "message", "seconds", "checks",
-                                          "equivalent", "evidence") if k in doc})
+                                          "equivalent", "evidence", "not_run") if k in doc})
 
 
 LABELS = {
     "en": {"survives": "every check still passes", "timeout": "runs past the time limit (an endless loop?)",
            "error": "cannot even be graded (it does not import)", "raises": "raises {error} in {count}",
            "every": "every check", "one": "fails only «{a}»", "two": "fails «{a}» and «{b}»",
-           "many": "fails {n}{total} checks, the first «{a}»"},
+           "many": "fails {n}{total} checks, the first «{a}»", "not_run": "; {n} not run"},
     "zh": {"survives": "所有检查仍然通过", "timeout": "超出时间限制(死循环?)",
            "error": "根本无法评分(文件无法导入)", "raises": "在{count}中抛出 {error}",
            "every": "所有检查", "checks": " {n} 项检查", "one": "只有«{a}»失败", "two": "«{a}»和«{b}»失败",
-           "many": "{total}{n} 项失败,第一项是«{a}»"},
+           "many": "{total}{n} 项失败,第一项是«{a}»", "not_run": ";{n} 项未运行"},
 }
 
 
@@ -113,11 +119,12 @@ def outcome_of(result: GradeResult) -> Outcome:
     hung = any(c.message.startswith("did not finish") for c in failed) or "not run in the" in result.message
     if "timed out" in result.message or hung:  # a check hung; the grader stopped it (and maybe the rest)
         return Outcome("timeout", names, diagnoses, result.message, result.seconds)
+    not_run = [c.name for c in result.checks if c.status == "not-run"]
     raised = [re.match(r"your code raised (?:an? numpy )?(\w+)", c.message) for c in failed]
     if failed and all(raised):
         kinds = sorted({m.group(1) for m in raised})
-        return Outcome("raises", names, diagnoses, " or ".join(kinds), result.seconds)
-    return Outcome("fails", names, diagnoses, result.message, result.seconds)
+        return Outcome("raises", names, diagnoses, " or ".join(kinds), result.seconds, not_run=not_run)
+    return Outcome("fails", names, diagnoses, result.message, result.seconds, not_run=not_run)
 
 
 def file_key(source: bytes, exercise: Exercise) -> str:
@@ -128,24 +135,27 @@ def file_key(source: bytes, exercise: Exercise) -> str:
 
 
 def grade_source(exercise: Exercise, source: str, timeout: float, original: str | None = None,
-                 first_failure: bool = False) -> Outcome:
+                 first_failure: bool = False, server=None) -> Outcome:
     """Grade one version of the file in the sandbox (it is written to a private folder first).
 
     With `original`, a survivor is graded once more on fresh inputs with the original file
     as a shadow: every call the checks make is repeated on it and the results compared, so
     the survivor is labelled equivalent (the same values on every call) or a gap in the checks.
     `first_failure` stops at the first failing check: enough to know the mutant is killed (the
-    mutation score), not to ask which checks fail.
+    mutation score), not to ask which checks fail. Without it, every check runs but the peak-memory
+    ones once a check has failed: they would add to a verdict already reached, at most of the cost
+    (Outcome.not_run names them). `server`: a runner.ForkServer to fork the trusted workers from.
     """
     from drill.grader.runner import grade
 
     with tempfile.TemporaryDirectory(prefix="drill-whatif-") as folder:
         path = Path(folder) / exercise.file
         path.write_text(source, encoding="utf-8")
-        outcome = outcome_of(grade(exercise, path, timeout, first_failure=first_failure))
+        outcome = outcome_of(grade(exercise, path, timeout, first_failure=first_failure, memory_after_failure=False,
+                                   server=server))
         if outcome.status == "survives" and original is not None:
             # Every call runs twice (mutant, then original): twice the time.
-            compared = grade(exercise, path, 2 * timeout, shadow=original.encode("utf-8"))
+            compared = grade(exercise, path, 2 * timeout, shadow=original.encode("utf-8"), server=server)
             outcome.equivalent, outcome.evidence = equivalence_of(compared)
         return outcome
 
@@ -168,14 +178,14 @@ def equivalence_of(result: GradeResult) -> tuple[bool | None, str]:
 
 
 def _prepared_or_graded(key: str | None, mutant_id: str, exercise: Exercise, source: str, timeout: float,
-                        original: str | None, first_failure: bool) -> Outcome:
+                        original: str | None, first_failure: bool, server) -> Outcome:
     if key is not None:
         from drill.whatif_prepare import wait_for_outcome
 
         found = wait_for_outcome(key, mutant_id)
         if found is not None:
             return Outcome.from_json(found)
-    return grade_source(exercise, source, timeout, original, first_failure)
+    return grade_source(exercise, source, timeout, original, first_failure, server)
 
 
 class Grading:
@@ -194,10 +204,15 @@ class Grading:
         self.total = len(mutants)
         self._pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="drill-whatif")
         waiting = prepared[1] if prepared else set()
+        left = [m for m in mutants if m.id not in self.ready]
+        from drill.grader.runner import ForkServer
+
+        # Every grading's worker forked from one that has imported the grader (runner.ForkServer).
+        self._server = ForkServer() if left else None
         self._futures: dict[str, Future] = {
             m.id: self._pool.submit(_prepared_or_graded, prepared[0] if m.id in waiting else None, m.id,
-                                    exercise, m.source, timeout, original, first_failure)
-            for m in mutants if m.id not in self.ready}
+                                    exercise, m.source, timeout, original, first_failure, self._server)
+            for m in left}
 
     def done(self) -> int:
         return len(self.ready) + sum(1 for mid, f in self._futures.items() if f.done() and mid not in self.ready)
@@ -217,6 +232,8 @@ class Grading:
     def close(self) -> None:
         # Grades already running finish (each within its timeout); queued ones never start.
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._server is not None:
+            self._server.close()
 
 
 # -- questions ------------------------------------------------------------------
@@ -239,7 +256,9 @@ def question(mutant: Mutant, outcome: Outcome, others: list[Outcome], checks: li
     rng = random.Random(mutant.id)
     total = len(checks)
     right = outcome.label(total, lang)
-    pool = [Outcome("survives")] + [o for o in others] + [Outcome("fails", [name]) for name in checks] + [
+    # Made-up failures leave out what the real outcome left out, so "not run" gives nothing away.
+    pool = [Outcome("survives")] + [o for o in others] + [
+        Outcome("fails", [name], not_run=[n for n in outcome.not_run if n != name]) for name in checks] + [
         Outcome("raises", [], message="an exception"), Outcome("timeout")]
     distractors: list[str] = []
     for candidate in pool[:1] + rng.sample(pool[1:], len(pool) - 1):

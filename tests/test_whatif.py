@@ -3,6 +3,7 @@ terminal, and real mutants of a solution graded in the sandbox."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import sqlite3
@@ -99,6 +100,8 @@ def test_labels_tell_apart_what_a_learner_must_predict():
     assert whatif.Outcome("fails", ["a", "b"]).label() == "fails «a» and «b»"
     assert whatif.Outcome("fails", ["a", "b", "c"]).label(11) == "fails 3 of 11 checks, the first «a»"
     assert whatif.Outcome("raises", ["a"], message="IndexError").label() == "raises IndexError in 1 check"
+    assert whatif.Outcome("fails", ["a", "b", "c"], not_run=["m", "n"]).label(11) == \
+        "fails 3 of 11 checks, the first «a»; 2 not run"
 
 
 def test_an_operator_names_a_card_of_the_deck():
@@ -415,6 +418,54 @@ def test_each_graded_question_answers_with_what_grading_did(lse_file: Path):
         for lang in ("en", "zh"):
             q = whatif.question(mutant, outcome, [other], outcome.checks or CHECKS, lang=lang)
             assert q.choices[q.correct] == outcome.label(len(outcome.checks or CHECKS), lang)
+
+
+def test_a_killed_mutant_leaves_out_the_peak_memory_checks_and_its_answer_says_so():
+    # 09's one peak-memory check runs last in what-if grading, and only while every check has passed.
+    paged = catalog.resolve("paged-attention")
+    source = paged.solution_path.read_text()
+    memory = "Only the pages a sequence holds are gathered: a block table 32768 entries wide costs no memory"
+    baseline = whatif.grade_source(paged, source, 20)
+    assert baseline.status == "survives" and memory in baseline.checks and not baseline.not_run
+    exp2 = next(m for m in mutate.mutants(source) if m.operator == "exp-base")
+    outcome = whatif.grade_source(paged, exp2.source, 20, original=source)
+    assert outcome.status == "fails" and outcome.not_run == [memory] and memory not in outcome.failed, outcome
+    for lang, words in (("en", "; 1 not run"), ("zh", ";1 项未运行")):
+        q = whatif.question(exp2, outcome, [baseline], baseline.checks, lang=lang)
+        assert q.choices[q.correct] == outcome.label(len(baseline.checks), lang) and q.choices[q.correct].endswith(words)
+    assert whatif.Outcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
+
+
+def test_workers_forked_from_one_server_grade_as_started_ones(tmp_path: Path):
+    from drill.grader.runner import ForkServer, grade
+
+    passing, failing = tmp_path / "pass" / LSE.file, tmp_path / "fail" / LSE.file
+    source = LSE.solution_path.read_text()
+    for path, text in ((passing, source), (failing, mutate.mutants(source)[0].source)):
+        path.parent.mkdir()
+        path.write_text(text)
+    server = ForkServer()
+    try:
+        forked = [grade(LSE, path, 20, seed=7, server=server) for path in (passing, failing, passing)]
+    finally:
+        server.close()
+    started = [grade(LSE, path, 20, seed=7) for path in (passing, failing)]
+    for one, other in zip(forked, started + started[:1]):
+        assert (one.status, one.message, [(c.name, c.status, c.message) for c in one.checks]) == \
+            (other.status, other.message, [(c.name, c.status, c.message) for c in other.checks])
+    assert [r.status for r in forked] == ["pass", "fail", "pass"] and server._proc.returncode == 0
+
+
+def test_every_check_that_measures_peak_memory_is_marked_so():
+    # What-if grading runs the marked checks last and leaves them out after a failure; an unmarked
+    # one would only cost the time this saves.
+    for path in sorted({ex.checks_path for ex in catalog.all_exercises()}):
+        for fn in ast.parse(path.read_text()).body:
+            if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")):
+                continue
+            called = {ast.unparse(n.func).split(".")[-1] for n in ast.walk(fn) if isinstance(n, ast.Call)}
+            marked = "pytest.mark.peak_memory" in {ast.unparse(d) for d in fn.decorator_list}
+            assert marked == bool(called & {"peak_bytes", "memory_measured"}), (path.name, fn.name)
 
 
 # -- drill dev mutants ----------------------------------------------------------------

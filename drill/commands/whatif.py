@@ -273,6 +273,8 @@ WORDS = {
            "gap": "A gap in the checks: {evidence}. Your file and this mutant disagree, yet every check passes.",
            "unknown": "Whether it is equivalent is not known: {evidence}.",
            "failed": "{n} of {total} failed:", "more": "  … and {n} more",
+           "not_run": "{n} not run: once a check has failed, what-if grading leaves out the peak-memory checks "
+                      "(each starts a fresh process to measure one call): {names}",
            "intro": "{changes} to your {file}; predict what the hidden checks say about each.",
            "predicted": "You predicted {right} of {asked}.",
            "killed": "The checks killed {killed} of the {graded} graded so far",
@@ -286,6 +288,8 @@ WORDS = {
            "gap": "检查的漏洞:{evidence}。你的文件和这个变异体结果不同,却通过了所有检查。",
            "unknown": "是否等价还不清楚:{evidence}。",
            "failed": "{total} 项检查中 {n} 项失败:", "more": "  …… 还有 {n} 项",
+           "not_run": "{n} 项未运行:一旦有检查失败,假设评分就跳过峰值内存检查"
+                      "(每项都要启动一个新进程来测量一次调用):{names}",
            "intro": "对你的 {file} 做了 {count} 处改动;预测每一处隐藏检查会怎么说。",
            "predicted": "{asked} 个结果中你预测对了 {right} 个。",
            "killed": "目前已评分的 {graded} 个变异体中,检查杀死了 {killed} 个",
@@ -348,6 +352,10 @@ def reveal(q, picked: int, checks: list[str], card, tty: bool, lang: str = "en")
             body.append(f"  {diagnosis}\n")
         if len(o.failed) > len(o.diagnoses):
             body.append(w["more"].format(n=len(o.failed) - len(o.diagnoses)) + "\n", style="muted")
+        if o.not_run:
+            names = ", ".join(f"«{name}»" for name in o.not_run)
+            body.append(w["not_run"].format(n=plural(len(o.not_run), "check") if lang == "en" else len(o.not_run),
+                                            names=names) + "\n", style="muted")
         if o.status == "timeout" or not o.failed:
             body.append(o.message + "\n")
     else:

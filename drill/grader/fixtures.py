@@ -42,7 +42,11 @@ def rng(request):
 
 
 def pytest_configure(config):
-    """`@pytest.mark.observed`: the check's claim rests on what the subject reports about itself (advice)."""
+    """`@pytest.mark.observed`: the check's claim rests on what the subject reports about itself (advice).
+    `@pytest.mark.peak_memory`: the check measures peak memory in a fresh subject (proxy.memory_measured)."""
     config.addinivalue_line(
         "markers", "observed: a structural claim seen from inside the subject (read logs, launches, "
                    "warnings): it can fail a check, never verify one")
+    config.addinivalue_line(
+        "markers", "peak_memory: measures peak memory in a fresh subject; what-if grading leaves it out "
+                   "once a check has failed")

@@ -27,6 +27,8 @@ STOP_MARGIN_S = 0.5  # stop a hung check this long before the deadline, to repor
 # on average, at least MIN_RESERVE_S, at most half of what is left.
 MIN_RESERVE_S = 5.0
 LAST_CHANCE_S = 0.2  # less than this left: the remaining checks are reported as not run
+MEMORY_NOT_RUN = ("not run: a check had already failed, and what-if grading leaves out the peak-memory checks "
+                  "(each starts a fresh process) once one has")
 
 
 class CheckTimeout(BaseException):
@@ -84,12 +86,16 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
 
 class Recorder:
     def __init__(self, emit, deadline: float, memory_mb: int, *, first_failure: bool = False,
-                 repro_path: str = "", seed: int | None = None, keyword: str = "", prefixes: tuple = ()):
+                 repro_path: str = "", seed: int | None = None, keyword: str = "", prefixes: tuple = (),
+                 memory_after_failure: bool = True):
         self.emit = emit
         self.seed = seed  # the run's seed, kept with --repro's values
         self.keyword = keyword  # `drill check -k`: whole words of the names shown (drill.selection)
         self.prefixes = tuple(prefixes)  # authoring: only the checks whose names start so (planted files)
         self.first_failure = first_failure
+        # False for a what-if mutant: a failure has killed it, and the peak-memory checks, each in a
+        # fresh subject, are most of a grading's time (three of 03's 1.2 s of CPU).
+        self.memory_after_failure = memory_after_failure
         self.repro_path = repro_path  # where `drill check --repro` wants the failing call's values
         self.deadline = deadline  # time.time() by which a running check is stopped
         self.limit_s = 0.0  # the time the running check was given
@@ -106,6 +112,8 @@ class Recorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         self.total = len(items)
+        if not self.memory_after_failure:  # the peak-memory checks last, so that any failure comes before them
+            items.sort(key=lambda item: item.get_closest_marker("peak_memory") is not None)
         if not self.keyword and not self.prefixes:
             return
         if self.keyword:
@@ -152,6 +160,16 @@ class Recorder:
     def _disarm(previous) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        """A peak-memory check after a failure, when those are left out: reported not run, never started."""
+        if self.memory_after_failure or not self.failed_phase or not item.get_closest_marker("peak_memory"):
+            return None
+        self.left -= 1
+        self.emit(event="check", name=check_name(item), kind="verified", status="not-run", message=MEMORY_NOT_RUN,
+                  details={}, seconds=0.0, output="", notes=[])
+        return True
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item):

@@ -304,6 +304,7 @@ def test_shift_invariance(sub, rng):
           what="L after adding u to every key (expected L + scale·(Q u))", hint=hint)
 
 
+@pytest.mark.peak_memory
 @pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
 def test_memory(sub, rng, causal):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix"""
@@ -325,6 +326,7 @@ def test_memory(sub, rng, causal):
           hint="memory is fine, but L is wrong at this size; the other checks name the mistake")
 
 
+@pytest.mark.peak_memory
 def test_memory_long_keys(sub, rng):
     """Peak memory with 16 query rows against 2^21 keys stays at tiles: no whole row of scores"""
     Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)

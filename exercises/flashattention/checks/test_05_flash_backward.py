@@ -279,6 +279,7 @@ def test_key_permutation(sub, rng):
     close(dV2, dV[perm], where, atol=1e-10, rtol=1e-9, what="dV after shuffling K and V", hint=hint)
 
 
+@pytest.mark.peak_memory
 @pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
 def test_memory(sub, rng, causal):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix"""
@@ -303,6 +304,7 @@ def test_memory(sub, rng, causal):
               hint=f"memory is fine, but {name} is wrong at this size; the other checks name the mistake")
 
 
+@pytest.mark.peak_memory
 def test_memory_long_keys(sub, rng):
     """Peak memory with 16 query rows against 2^20 keys stays at tiles: no whole row of scores"""
     Q = rng.normal(size=(LONG_SQ, 1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from drill.grader.expect import Call, close, fail, matches
 
@@ -248,6 +249,7 @@ FULL_ROW_BYTES = LONG_SQ * LONG_SK * 8  # 32 MiB: one [sq, sk] float64 array
 LONG_BUDGET_BYTES = 16 * 2**20  # inputs 4 MiB; a chunk's scores [32, 1024] are 256 KiB; FlashDecoding measured 7.6 MiB
 
 
+@pytest.mark.peak_memory
 def test_long_cache_memory(sub, rng):
     """Over a long cache no chunk holds the whole score row: peak memory stays far below one [sq, sk] array"""
     q, K, V = _inputs(rng, LONG_SQ, LONG_SK, LONG_D)

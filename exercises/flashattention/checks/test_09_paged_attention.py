@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from drill.grader.expect import Call, array, close, fail, matches
 
@@ -228,6 +229,7 @@ WIDE_TABLE = 1 << 15
 WIDE_BUDGET_BYTES = 12 * 2**20
 
 
+@pytest.mark.peak_memory
 def test_wide_block_table_memory(sub, rng):
     """Only the pages a sequence holds are gathered: a block table 32768 entries wide costs no memory"""
     ps, hkv, d = 16, 1, 8

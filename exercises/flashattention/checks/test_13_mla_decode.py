@@ -216,6 +216,7 @@ MEMORY_SHAPE = dict(H=128, d_c=16, d_nope=8, d_rope=4, d_v=8, S=32768)
 MEMORY_LIMIT_BYTES = 20 * 2**20
 
 
+@pytest.mark.peak_memory
 def test_memory(sub, rng):
     """Peak memory on a long latent cache (H = 128, S = 32768) stays far below an [H, S] score array"""
     sh = MEMORY_SHAPE

@@ -137,6 +137,7 @@ def test_kinds_any_document_ids(sub, rng):
     check_kinds(sub, kv_doc.copy(), kv_doc.copy(), 6, False, 4, 8)
 
 
+@pytest.mark.peak_memory
 def test_kinds_memory(sub):
     """block_kinds at sq = sk = 8192 never builds an sq×sk mask (peak memory measured)"""
     n, B = KINDS_MEMORY_SIZE, 128
@@ -279,6 +280,7 @@ def test_large_logits(sub, rng):
     check_forward(sub, Q, K, V, kv_doc, kv_doc, causal=True, Br=8, Bc=16, o_atol=1e-7, l_atol=1e-7)
 
 
+@pytest.mark.peak_memory
 def test_forward_memory(sub, rng):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix or dense mask"""
     n, d = MEMORY_SIZE, 16
