@@ -34,7 +34,7 @@ HARNESS = Path(__file__).with_name("_ring_harness.py")
 SUMMARY_LIMIT_BYTES = 8 * 1024 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024  # one rank's o or lse: a few hundred floats
 WORLDS = (2, 3, 4)
-# Rings of 4 and of 8 with shards of 4 MiB: a rank that passes shards on holds as much in either,
+# Rings of 4 and of 8 with shards of 2 MiB: a rank that passes shards on holds as much in either,
 # one that gathers every K/V shard holds 2·4 more in the larger; the kernel counts each peak.
 MEMORY_WORLDS = (4, 8)
 PROGRESS_LIMIT_S = 10.0  # no rank finished a case for this long: the ranks are stuck
@@ -71,7 +71,7 @@ CASES = (
     Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     Case("group", causal=True, n=4, d=8, spread=1.0, group=(1, 2, 3)),
-    Case("memory", causal=False, n=4, d=131072, spread=1.0, worlds=MEMORY_WORLDS),
+    Case("memory", causal=False, n=4, d=65536, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
 
