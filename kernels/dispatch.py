@@ -2,7 +2,7 @@
 
     flash_attention(q, k, v, causal, sm_scale, return_lse)   training attention, differentiable
     flash_attention_fp8(q, k, v, causal, sm_scale, incoherent, return_lse)   FP8 forward (inference)
-    flash_decode(q, k_cache, v_cache, seq_lens, block_table, num_splits)     one new token per sequence
+    flash_decode(q, k_cache, v_cache, seq_lens, block_table, num_splits, scale, return_lse)   one new token
     ring_attention(q, k, v, group, causal, layout, sm_scale, impl)           a sequence split over ranks
 
 The backends, each a module that knows its own kernels and limits and nothing of this file:
@@ -312,22 +312,28 @@ def flash_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 
 
 def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
-                 block_table: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
+                 block_table: torch.Tensor | None = None, num_splits: int | None = None, *,
+                 scale: float | None = None, return_lse: bool = False):
     """Decode attention of one new token per sequence over its KV cache (decode.py has the algorithm).
 
     q [B, Hq, D]; k_cache, v_cache [B, Hkv, S_max, D], or with block_table int [B, max_pages] page
     pools [num_pages, page_size, Hkv, D] (sequence b's logical page p is physical page
     block_table[b, p]; entries past its last page are not read); seq_lens int [B], 1 <= seq_lens[b]
     (<= S_max, or within the sequence's pages). Hq a multiple of Hkv (GQA). num_splits None picks
-    a count that fills the GPU. Returns o [B, Hq, D] in q's dtype. A ValueError names the argument
-    at fault, also for a page a sequence reads that lies outside the pool.
+    a count that fills the GPU. scale multiplies the scores (None: 1/sqrt(D)). Returns o [B, Hq, D]
+    in q's dtype, or with return_lse (o, lse): lse [B, Hq] float32, the natural-log logsumexp of each
+    head's scaled scores. A ValueError names the argument at fault, also for a page a sequence reads
+    that lies outside the pool.
     """
     B, Hq, hkv, D = check_decode_arguments(q, k_cache, v_cache, seq_lens, block_table)
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or num_splits < 1):
         raise ValueError(f"num_splits must be None or a positive int, got {num_splits!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not 0 < scale < math.inf):
+        raise ValueError(f"scale must be None or a positive finite number, got {scale!r}")
     check_cache_reads(seq_lens, block_table, k_cache)
-    return decode.forward(q, k_cache, v_cache, seq_lens, block_table, num_splits)
+    return decode.forward(q, k_cache, v_cache, seq_lens, block_table, num_splits, scale, bool(return_lse))
 
 
 # --------------------------------------------------------------------------- ring attention
