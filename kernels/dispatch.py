@@ -43,8 +43,8 @@ import torch
 import triton
 
 from . import decode, fp8, ring, triton_fa2
-from .common import (bucket, check_attention_arguments, check_cache_reads, check_decode_arguments, empty_in_layout,
-                     is_hopper, last_dim_contiguous)
+from .common import (HEAD_DIMS, bucket, check_attention_arguments, check_cache_reads, check_decode_arguments,
+                     empty_in_layout, is_hopper, last_dim_contiguous, pow2)
 from .fastlaunch import interpreting
 
 __all__ = ["flash_attention", "flash_attention_fp8", "flash_decode", "ring_attention"]
@@ -235,13 +235,24 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
     head h // (H / Hkv)); any strides, e.g. [B, S, H, D] tensors passed as .transpose(1, 2).
-    D a power of two from 16 to 256. fp16, bf16 or fp32 (fp32 in full precision unless PyTorch
-    allows TF32 matmuls). Returns o [B, H, Sq, D] in q's layout, or (o, lse) with lse [B, H, Sq]
+    D a power of two from 16 to 256, or 96 or 192; v's head dim Dv may differ from D (one of the
+    same), e.g. DeepSeek-V3's D = 192, Dv = 128. fp16, bf16 or fp32 (fp32 in full precision unless
+    PyTorch allows TF32 matmuls). Returns o [B, H, Sq, Dv] in q's layout (a view of a padded
+    tensor where D or Dv is not a power of two or they differ), or (o, lse) with lse [B, H, Sq]
     float32 natural-log logsumexp of the scaled scores (-inf for rows that see no key).
     Differentiable in q, k, v (dk and dv summed over each group), and through lse too (its
     gradient folds into delta). A ValueError names the argument the kernels cannot take.
     """
-    sm_scale = check_attention_arguments(q, k, v, sm_scale)
+    sm_scale = check_attention_arguments(q, k, v, sm_scale, padded=True)
+    D, dv = q.shape[-1], v.shape[-1]
+    if D != dv or D not in HEAD_DIMS:
+        # The kernels take one power-of-two head dim: zero columns in q and k add nothing to a score,
+        # zero columns in v give output columns that are cut off; autograd slices the gradients
+        # back. Costs a copy of q, k, v and (D_pad - D) / D more matmul work.
+        pad = pow2(max(D, dv))
+        q, k, v = (torch.nn.functional.pad(t, (0, pad - t.shape[-1])) for t in (q, k, v))
+        o, lse = flash_attention(q, k, v, causal, sm_scale, return_lse=True)
+        return (o[..., :dv], lse) if return_lse else o[..., :dv]
     if interpreting() and q.dtype == torch.bfloat16:
         # Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns): run fp32,
         # round the output as a bf16 kernel would; gradients flow back through the casts
