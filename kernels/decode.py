@@ -44,7 +44,7 @@ import triton.language as tl
 
 from .common import LOG2E, graph_ms, pow2
 
-LN2 = 0.6931471805599453  # the kernels' base-2 lse times ln 2: the natural log callers expect
+LN2 = tl.constexpr(0.6931471805599453)  # base-2 lse times ln 2: the natural log callers expect
 from .fastlaunch import FastLaunch
 from .fastlaunch import interpreting as _interpreting
 
