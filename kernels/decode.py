@@ -21,6 +21,8 @@ Shapes:
                       [num_pages, page_size, Hkv, D] page pools  (with block_table [B, max_pages])
     seq_lens          int [B], 1 <= seq_lens[b]; cache rows past it are never read (may be NaN)
     o                 [B, Hq, D], the dtype of q
+    lse               [B, Hq] float32, natural log (only with return_lse): the merge has it anyway,
+                      and a caller combining this attention with another (a prefix cache, say) needs it
 Query head h reads KV head h // (Hq // Hkv).
 
 Each sequence's keys are cut into num_splits chunks of ceil(seq_len / num_splits) keys,
@@ -41,6 +43,8 @@ import triton
 import triton.language as tl
 
 from .common import LOG2E, graph_ms, pow2
+
+LN2 = tl.constexpr(0.6931471805599453)  # base-2 lse times ln 2: the natural log callers expect
 from .fastlaunch import FastLaunch
 from .fastlaunch import interpreting as _interpreting
 
@@ -49,12 +53,12 @@ from .fastlaunch import interpreting as _interpreting
 
 
 @triton.jit
-def _split_kernel(Q, K, V, SEQ_LENS, TABLE, PART_O, PART_L, O, LOCKS,
+def _split_kernel(Q, K, V, SEQ_LENS, TABLE, PART_O, PART_L, O, LSE, LOCKS,
                   sqb, sqh, skb, skh, sks, svb, svh, svs, stb, sob, soh,
                   qk_scale, num_splits, HKV,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                   PAGED: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
-                  FUSED: tl.constexpr, SPLITS_PAD: tl.constexpr):
+                  FUSED: tl.constexpr, SPLITS_PAD: tl.constexpr, STORE_LSE: tl.constexpr):
     split = tl.program_id(0)
     pid = tl.program_id(1)  # b * HKV + kv head
     b = pid // HKV
@@ -116,13 +120,15 @@ def _split_kernel(Q, K, V, SEQ_LENS, TABLE, PART_O, PART_L, O, LOCKS,
         done = tl.atomic_add(LOCKS + pid, 1)
         if done == num_splits - 1:
             tl.store(LOCKS + pid, 0)  # ready for the next call
-            _merge_group(PART_O, PART_L, O, b, kvh, num_splits, sob, soh, HKV, GROUP, D, SPLITS_PAD)
+            _merge_group(PART_O, PART_L, O, LSE, b, kvh, num_splits, sob, soh, HKV, GROUP, D, SPLITS_PAD,
+                         STORE_LSE)
 
 
 @triton.jit
-def _merge_group(PART_O, PART_L, O, b, kvh, num_splits, sob, soh, HKV,
-                 GROUP: tl.constexpr, D: tl.constexpr, SPLITS_PAD: tl.constexpr):
-    """o for the GROUP query heads of one KV head from their num_splits partials (base-2 lse)."""
+def _merge_group(PART_O, PART_L, O, LSE, b, kvh, num_splits, sob, soh, HKV,
+                 GROUP: tl.constexpr, D: tl.constexpr, SPLITS_PAD: tl.constexpr, STORE_LSE: tl.constexpr):
+    """o (and with STORE_LSE the natural-log lse) for the GROUP query heads of one KV head from
+    their num_splits partials (base-2 lse)."""
     cols = tl.arange(0, D)
     idx = tl.arange(0, SPLITS_PAD)
     have = idx < num_splits
@@ -135,13 +141,16 @@ def _merge_group(PART_O, PART_L, O, b, kvh, num_splits, sob, soh, HKV,
                        cache_modifier=".cg")
         m = tl.max(lse, 0)  # finite: seq_len >= 1, so some split saw a key
         w = tl.exp2(lse - m)  # empty splits weigh 0
-        o = tl.sum(w[:, None] * part, 0) / tl.sum(w, 0)
+        total = tl.sum(w, 0)
+        o = tl.sum(w[:, None] * part, 0) / total
         tl.store(O + b * sob + h * soh + cols, o.to(O.dtype.element_ty))
+        if STORE_LSE:
+            tl.store(LSE + b * HKV * GROUP + h, (m + tl.log2(total)) * LN2)
 
 
 @triton.jit
-def _merge_kernel(PART_O, PART_L, O, num_splits, sob, soh, HQ,
-                  D: tl.constexpr, SPLIT_TILE: tl.constexpr):
+def _merge_kernel(PART_O, PART_L, O, LSE, num_splits, sob, soh, HQ,
+                  D: tl.constexpr, SPLIT_TILE: tl.constexpr, STORE_LSE: tl.constexpr):
     pid = tl.program_id(0)  # b * HQ + h
     b = pid // HQ
     h = pid % HQ
@@ -169,6 +178,8 @@ def _merge_kernel(PART_O, PART_L, O, num_splits, sob, soh, HQ,
     denom = tl.sum(total, 0)
     o = acc / tl.where(denom > 0, denom, 1.0)
     tl.store(O + b * sob + h * soh + cols, o.to(O.dtype.element_ty))
+    if STORE_LSE:
+        tl.store(LSE + pid, (m_all + tl.log2(denom)) * LN2)
 
 
 # --------------------------------------------------------------------------- configs
@@ -226,27 +237,30 @@ def _locks(device, n: int) -> torch.Tensor:
     return buf
 
 
-def _launch_split(cfg, grid_args, part_o, part_l, o, num_splits, fused):
+def _launch_split(cfg, grid_args, part_o, part_l, o, lse, num_splits, fused):
     (q, k, v, seq_lens, table, strides, scale, hkv, group, group_pad, D, paged, page, ieee) = grid_args
     block_n, warps, stages = cfg
     B = q.shape[0]
     locks = _locks(q.device, B * hkv) if fused else seq_lens  # LOCKS is never touched unfused
     _launch_split_kernel(
-        (num_splits, B * hkv), q, k, v, seq_lens, table, part_o, part_l, o, locks, *strides, o.stride(0),
-        o.stride(1), scale, num_splits, hkv,
-        group, group_pad, D, block_n, paged, page, ieee, fused, pow2(num_splits) if fused else 1,
+        (num_splits, B * hkv), q, k, v, seq_lens, table, part_o, part_l, o, o if lse is None else lse, locks,
+        *strides, o.stride(0), o.stride(1), scale, num_splits, hkv,
+        group, group_pad, D, block_n, paged, page, ieee, fused, pow2(num_splits) if fused else 1, lse is not None,
         num_warps=warps, num_stages=stages)
 
 
 def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
-            block_table: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
-    """Decode attention of q [B, Hq, D] over a contiguous or paged KV cache: returns o [B, Hq, D].
-    The arguments are as dispatch.flash_decode checked them (shapes, dtypes, pages in the pool)."""
+            block_table: torch.Tensor | None = None, num_splits: int | None = None, scale: float | None = None,
+            return_lse: bool = False):
+    """Decode attention of q [B, Hq, D] over a contiguous or paged KV cache, scores scaled by `scale`
+    (None: 1/sqrt(D)): returns o [B, Hq, D], or (o, lse [B, Hq] float32) with return_lse. The
+    arguments are as dispatch.flash_decode checked them (shapes, dtypes, pages in the pool, scale)."""
     B, Hq, D = q.shape
     hkv = k_cache.shape[2] if block_table is not None else k_cache.shape[1]
     if _interpreting() and q.dtype == torch.bfloat16:  # the interpreter has no bf16 arithmetic
-        return forward(q.float(), k_cache.float(), v_cache.float(), seq_lens, block_table,
-                       num_splits).to(torch.bfloat16)
+        out = forward(q.float(), k_cache.float(), v_cache.float(), seq_lens, block_table, num_splits, scale,
+                      return_lse)
+        return (out[0].to(torch.bfloat16), out[1]) if return_lse else out.to(torch.bfloat16)
     group = Hq // hkv
     group_pad = max(16, pow2(group))  # tl.dot wants at least 16 rows
     paged = block_table is not None
@@ -262,27 +276,28 @@ def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_l
         page, table = 1, seq_lens  # TABLE is never read
         strides = (sqb, sqh, k0, k1, k2, v0, v1, v2, 0)
         max_len = k_cache.shape[2]
-    scale = LOG2E / math.sqrt(D)
+    qk_scale = LOG2E * (1 / math.sqrt(D) if scale is None else scale)  # base-2 scores
     ieee = q.dtype == torch.float32
-    grid_args = (q, k_cache, v_cache, seq_lens, table, strides, scale, hkv, group, group_pad, D, paged, page, ieee)
+    grid_args = (q, k_cache, v_cache, seq_lens, table, strides, qk_scale, hkv, group, group_pad, D, paged, page, ieee)
     sms = _sm_count(q.device)
     o = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device) if return_lse else None
 
     def run(cfg, splits, fused=False):
         fused = fused and splits <= MAX_FUSED_SPLITS
         part_o = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
         part_l = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
-        _launch_split(cfg, grid_args, part_o, part_l, o, splits, fused)
+        _launch_split(cfg, grid_args, part_o, part_l, o, lse, splits, fused)
         if not fused:
-            _launch_merge_kernel((B * Hq,), part_o, part_l, o, splits, o.stride(0), o.stride(1), Hq, D,
-                                 min(32, pow2(splits)), num_warps=4)
+            _launch_merge_kernel((B * Hq,), part_o, part_l, o, o if lse is None else lse, splits, o.stride(0),
+                                 o.stride(1), Hq, D, min(32, pow2(splits)), lse is not None, num_warps=4)
 
     if FORCED_CONFIG is not None or _interpreting():
         cfg = FORCED_CONFIG or INTERPRET_CONFIG
         splits = num_splits or pick_num_splits(B, hkv, max_len, sms, cfg[0])
         LAST.update(config=cfg, num_splits=splits, fused=FUSED_MERGE)
         run(cfg, splits, FUSED_MERGE)
-        return o
+        return (o, lse) if return_lse else o
     key = (D, group_pad, q.dtype, paged, B * hkv, pow2(max_len), num_splits)
     choice = _TUNED.get(key)
     if choice is None:
@@ -290,7 +305,7 @@ def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_l
         _TUNED[key] = choice
     LAST.update(config=choice[0], num_splits=choice[1], fused=choice[2])
     run(*choice)
-    return o
+    return (o, lse) if return_lse else o
 
 
 def split_counts(batch: int, hkv: int, max_len: int, sms: int, block_n: int) -> list[int]:

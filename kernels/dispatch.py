@@ -2,7 +2,7 @@
 
     flash_attention(q, k, v, causal, sm_scale, return_lse)   training attention, differentiable
     flash_attention_fp8(q, k, v, causal, sm_scale, incoherent, return_lse)   FP8 forward (inference)
-    flash_decode(q, k_cache, v_cache, seq_lens, block_table, num_splits)     one new token per sequence
+    flash_decode(q, k_cache, v_cache, seq_lens, block_table, num_splits, scale, return_lse)   one new token
     ring_attention(q, k, v, group, causal, layout, sm_scale, impl)           a sequence split over ranks
 
 The backends, each a module that knows its own kernels and limits and nothing of this file:
@@ -43,8 +43,8 @@ import torch
 import triton
 
 from . import decode, fp8, ring, triton_fa2
-from .common import (bucket, check_attention_arguments, check_cache_reads, check_decode_arguments, empty_in_layout,
-                     is_hopper, last_dim_contiguous)
+from .common import (HEAD_DIMS, bucket, check_attention_arguments, check_cache_reads, check_decode_arguments,
+                     empty_in_layout, is_hopper, last_dim_contiguous, pow2)
 from .fastlaunch import interpreting
 
 __all__ = ["flash_attention", "flash_attention_fp8", "flash_decode", "ring_attention"]
@@ -235,13 +235,24 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
     head h // (H / Hkv)); any strides, e.g. [B, S, H, D] tensors passed as .transpose(1, 2).
-    D a power of two from 16 to 256. fp16, bf16 or fp32 (fp32 in full precision unless PyTorch
-    allows TF32 matmuls). Returns o [B, H, Sq, D] in q's layout, or (o, lse) with lse [B, H, Sq]
+    D a power of two from 16 to 256, or 96 or 192; v's head dim Dv may differ from D (one of the
+    same), e.g. DeepSeek-V3's D = 192, Dv = 128. fp16, bf16 or fp32 (fp32 in full precision unless
+    PyTorch allows TF32 matmuls). Returns o [B, H, Sq, Dv] in q's layout (a view of a padded
+    tensor where D or Dv is not a power of two or they differ), or (o, lse) with lse [B, H, Sq]
     float32 natural-log logsumexp of the scaled scores (-inf for rows that see no key).
     Differentiable in q, k, v (dk and dv summed over each group), and through lse too (its
     gradient folds into delta). A ValueError names the argument the kernels cannot take.
     """
-    sm_scale = check_attention_arguments(q, k, v, sm_scale)
+    sm_scale = check_attention_arguments(q, k, v, sm_scale, padded=True)
+    D, dv = q.shape[-1], v.shape[-1]
+    if D != dv or D not in HEAD_DIMS:
+        # The kernels take one power-of-two head dim: zero columns in q and k add nothing to a score,
+        # zero columns in v give output columns that are cut off; autograd slices the gradients
+        # back. Costs a copy of q, k, v and (D_pad - D) / D more matmul work.
+        pad = pow2(max(D, dv))
+        q, k, v = (torch.nn.functional.pad(t, (0, pad - t.shape[-1])) for t in (q, k, v))
+        o, lse = flash_attention(q, k, v, causal, sm_scale, return_lse=True)
+        return (o[..., :dv], lse) if return_lse else o[..., :dv]
     if interpreting() and q.dtype == torch.bfloat16:
         # Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns): run fp32,
         # round the output as a bf16 kernel would; gradients flow back through the casts
@@ -312,22 +323,28 @@ def flash_attention_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 
 
 def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_lens: torch.Tensor,
-                 block_table: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
+                 block_table: torch.Tensor | None = None, num_splits: int | None = None, *,
+                 scale: float | None = None, return_lse: bool = False):
     """Decode attention of one new token per sequence over its KV cache (decode.py has the algorithm).
 
     q [B, Hq, D]; k_cache, v_cache [B, Hkv, S_max, D], or with block_table int [B, max_pages] page
     pools [num_pages, page_size, Hkv, D] (sequence b's logical page p is physical page
     block_table[b, p]; entries past its last page are not read); seq_lens int [B], 1 <= seq_lens[b]
     (<= S_max, or within the sequence's pages). Hq a multiple of Hkv (GQA). num_splits None picks
-    a count that fills the GPU. Returns o [B, Hq, D] in q's dtype. A ValueError names the argument
-    at fault, also for a page a sequence reads that lies outside the pool.
+    a count that fills the GPU. scale multiplies the scores (None: 1/sqrt(D)). Returns o [B, Hq, D]
+    in q's dtype, or with return_lse (o, lse): lse [B, Hq] float32, the natural-log logsumexp of each
+    head's scaled scores. A ValueError names the argument at fault, also for a page a sequence reads
+    that lies outside the pool.
     """
     B, Hq, hkv, D = check_decode_arguments(q, k_cache, v_cache, seq_lens, block_table)
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or num_splits < 1):
         raise ValueError(f"num_splits must be None or a positive int, got {num_splits!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not 0 < scale < math.inf):
+        raise ValueError(f"scale must be None or a positive finite number, got {scale!r}")
     check_cache_reads(seq_lens, block_table, k_cache)
-    return decode.forward(q, k_cache, v_cache, seq_lens, block_table, num_splits)
+    return decode.forward(q, k_cache, v_cache, seq_lens, block_table, num_splits, scale, bool(return_lse))
 
 
 # --------------------------------------------------------------------------- ring attention

@@ -25,10 +25,13 @@ ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") i
 DEVICE = "cuda" if ON_GPU else "cpu"
 
 
-def reference(q, k_cache, v_cache, seq_lens, block_table=None, dtype=torch.float64):
-    """o [B, Hq, D] from the live rows only, in `dtype`; query head h reads KV head h // group."""
+def reference(q, k_cache, v_cache, seq_lens, block_table=None, dtype=torch.float64, scale=None, return_lse=False):
+    """o [B, Hq, D] (and lse [B, Hq], natural log) from the live rows only, in `dtype`; query head
+    h reads KV head h // group; scores times `scale` (None: 1/sqrt(D))."""
     B, Hq, D = q.shape
+    scale = 1 / math.sqrt(D) if scale is None else scale
     out = torch.zeros(B, Hq, D, dtype=dtype, device=q.device)
+    lse = torch.zeros(B, Hq, dtype=dtype, device=q.device)
     for b in range(B):
         n = int(seq_lens[b])
         if block_table is None:
@@ -41,9 +44,10 @@ def reference(q, k_cache, v_cache, seq_lens, block_table=None, dtype=torch.float
         group = Hq // k.shape[0]
         k = k.to(dtype).repeat_interleave(group, 0)
         v = v.to(dtype).repeat_interleave(group, 0)
-        s = torch.einsum("hd,hnd->hn", q[b].to(dtype), k) / math.sqrt(D)
+        s = torch.einsum("hd,hnd->hn", q[b].to(dtype), k) * scale
         out[b] = torch.einsum("hn,hnd->hd", torch.softmax(s, -1), v)
-    return out
+        lse[b] = torch.logsumexp(s, -1)
+    return (out, lse) if return_lse else out
 
 
 def contiguous_cache(B, Hq, Hkv, S, D, seq_lens, dtype=torch.float32, device=DEVICE, seed=0):
@@ -182,6 +186,50 @@ def test_both_merge_paths_interpreter(fused, monkeypatch):
     torch.testing.assert_close(o.double(), reference(q, k, v, sl), atol=1e-5, rtol=1e-5)
 
 
+# Extreme scales: near-uniform weights, and one key taking (almost) all of the softmax, whose lse
+# is then its score (~1e3 in magnitude, so compared relatively).
+SCALES = [None, 1e-4, 0.02, 3.0, 100.0]
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_scale_and_lse_interpreter(scale, paged, monkeypatch):
+    """scale= and return_lse=True on both caches, GQA, both merge paths and more splits than blocks."""
+    lens = [37, 1, 64]
+    if paged:
+        q, k, v, sl, table = paged_cache(3, 8, 2, 16, 16, lens)
+    else:
+        (q, k, v, sl), table = contiguous_cache(3, 8, 2, 64, 16, lens), None
+    want_o, want_lse = reference(q, k, v, sl, table, scale=scale, return_lse=True)
+    for fused in (True, False):
+        monkeypatch.setattr(decode_mod, "FUSED_MERGE", fused)
+        for splits in (None, 1, 3, 9):
+            o, lse = flash_decode(q, k, v, sl, block_table=table, num_splits=splits, scale=scale, return_lse=True)
+            assert lse.shape == (3, 8) and lse.dtype == torch.float32
+            torch.testing.assert_close(o.double(), want_o, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-6)
+    o = flash_decode(q, k, v, sl, block_table=table, scale=scale)  # o alone without return_lse
+    torch.testing.assert_close(o.double(), want_o, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the GPU tests cover this")
+def test_lse_bf16_interpreter():
+    q, k, v, sl = contiguous_cache(2, 4, 2, 70, 16, [70, 3], dtype=torch.bfloat16)
+    o, lse = flash_decode(q, k, v, sl, scale=0.5, return_lse=True)
+    want_o, want_lse = reference(q, k, v, sl, scale=0.5, return_lse=True)
+    assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    torch.testing.assert_close(o.double(), want_o, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, float("inf"), float("nan"), True, "0.1"])
+def test_bad_scale_names_the_argument(scale):
+    q, k, v, sl = contiguous_cache(2, 4, 2, 40, 16, [40, 3], device="cpu")
+    with pytest.raises(ValueError, match="scale"):
+        flash_decode(q, k, v, sl, scale=scale)
+
+
 def test_split_count_fills_the_gpu():
     pick = decode_mod.pick_num_splits
     assert pick(1, 8, 8192, 132) >= 32  # one sequence: split the keys across the SMs
@@ -225,6 +273,25 @@ def test_gpu_accuracy(dtype, paged):
         err = (o - ref).abs().max().item()
         assert not torch.isnan(o).any()
         assert err <= 2 * naive_err + 1e-3, (B, Hq, Hkv, lens, err, naive_err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_gpu_scale_and_lse(paged):
+    """bf16 o within twice naive attention's error, lse within 1e-3 relative of the fp32 reference,
+    at extreme scales, through the path the tuner picks."""
+    for scale in SCALES:
+        for B, Hq, Hkv, lens in [(1, 32, 8, [8192]), (3, 64, 8, [5000, 1, 777])]:
+            if paged:
+                q, k, v, sl, table = paged_cache(B, Hq, Hkv, 16, 128, lens, dtype=torch.bfloat16)
+            else:
+                (q, k, v, sl), table = contiguous_cache(B, Hq, Hkv, max(lens), 128, lens, dtype=torch.bfloat16), None
+            o, lse = flash_decode(q, k, v, sl, block_table=table, scale=scale, return_lse=True)
+            ref, ref_lse = reference(q, k, v, sl, table, dtype=torch.float32, scale=scale, return_lse=True)
+            naive = reference(q, k, v, sl, table, dtype=torch.bfloat16, scale=scale).float()
+            err, naive_err = ((o.float() - ref).abs().max().item(), (naive - ref).abs().max().item())
+            assert err <= 2 * naive_err + 1e-3, (scale, B, lens, err, naive_err)
+            torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.gpu

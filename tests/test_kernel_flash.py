@@ -438,6 +438,37 @@ def test_cpu_backward_plan_switch(monkeypatch):
     with pytest.raises(ValueError):
         flash_attention(q, q, q).sum().backward()
 
+# Head dims that are not powers of two, and a v head dim unlike q's (DeepSeek-V3: 192 and 128).
+PADDED_CASES = [(96, 96), (192, 192), (192, 128), (64, 96)]  # D, Dv
+
+
+@pytest.mark.parametrize("d,dv", PADDED_CASES, ids=lambda x: str(x))
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_padded_head_dims_match_float64(d, dv, causal):
+    g = torch.Generator().manual_seed(d + dv)
+    q, k = (torch.randn(1, 2, n, d, generator=g) for n in (24, 40))
+    v = torch.randn(1, 1 if d == 96 else 2, 40, dv, generator=g)
+    k = k[:, : v.shape[1]]  # GQA for one case
+    do, dlse = torch.randn(1, 2, 24, dv, generator=g), torch.randn(1, 2, 24, generator=g)
+    got = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do, dlse)
+    want = _grads(lambda a, b, c: reference(a, b, c, causal), q, k, v, do, dlse)
+    assert got[0].shape == (1, 2, 24, dv) and got[2].shape == q.shape and got[4].shape == v.shape
+    for name, x, y in zip(["o", "lse", "dq", "dk", "dv"], got, want):
+        err = (x.double() - y.double()).abs().max().item()
+        assert err < (2e-5 if name in ("o", "lse") else 1e-4), f"{name}: max |flash - float64| = {err:.3g}"
+    assert torch.equal(flash_attention(q, k, v, causal=causal), got[0])  # o alone, no autograd
+
+
+def test_cpu_padded_head_dims_need_a_supported_dim():
+    q = torch.randn(1, 1, 8, 48)
+    with pytest.raises(ValueError, match="head dim 48 of q"):
+        flash_attention(q, q, q)
+    with pytest.raises(ValueError, match="head dim 80 of v"):
+        flash_attention(torch.randn(1, 1, 8, 64), torch.randn(1, 1, 8, 64), torch.randn(1, 1, 8, 80))
+    with pytest.raises(ValueError, match="shape mismatch"):  # k's head dim must be q's
+        flash_attention(torch.randn(1, 1, 8, 192), torch.randn(1, 1, 8, 128), torch.randn(1, 1, 8, 128))
+
+
 @pytest.mark.parametrize("bad", ["dim", "headdim", "dtype", "scale", "groups"])
 def test_cpu_rejects_bad_arguments(bad):
     q = torch.randn(1, 1, 8, 16)
@@ -503,6 +534,28 @@ def test_gpu_accuracy_fa_rule(d, dtype, causal, monkeypatch):
             err = (ours[1] - ref[1]).abs().max().item()
             assert err < 1e-2, f"lse: max error {err:.3g}"
             continue
+        _fa_rule(name, ours[i], naive[i], ref[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,dv", [(96, 96), (192, 192), (192, 128)], ids=lambda x: str(x))
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_padded_head_dims_fa_rule(d, dv, causal):
+    """Head dims run zero-padded (96, 192; DeepSeek-V3's 192 with v 128), GQA, bf16, through the
+    auto plans (which may time the Gluon kernels at the padded 128), against fp32 by FlashAttention's rule."""
+    B, H, HKV, SQ, SK = 2, 4, 2, 1000, 1077
+    g = torch.Generator(device="cuda").manual_seed(d + dv)
+    q = torch.randn(B, H, SQ, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, HKV, SK, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, HKV, SK, dv, device="cuda", dtype=torch.bfloat16, generator=g)
+    do = torch.randn(B, H, SQ, dv, device="cuda", dtype=torch.bfloat16, generator=g)
+    scale = 1 / math.sqrt(d)
+    ours = _grads(lambda a, b, c: flash_attention(a, b, c, causal=causal, return_lse=True), q, k, v, do)
+    ref = _grads(lambda a, b, c: reference(a, b, c, causal, scale, dtype=torch.float32), q, k, v, do)
+    naive = _grads(lambda a, b, c: _naive_low_precision(a, b, c, causal, scale), q, k, v, do)
+    assert ours[0].shape == (B, H, SQ, dv) and ours[4].shape == v.shape
+    assert (ours[1] - ref[1]).abs().max().item() < 1e-2
+    for i, name in ((0, "o"), (2, "dq"), (3, "dk"), (4, "dv")):
         _fa_rule(name, ours[i], naive[i], ref[i])
 
 

@@ -342,6 +342,14 @@ def step_fp8_bench(ctx: Context) -> StepResult:
 
 
 # The steps in their default order (name, function, on by default). A new step goes here.
+def step_model_features(ctx: Context) -> StepResult:
+    """flash_decode's scale and lse, and the padded head dims (96, 192, 192/128), beside SDPA."""
+    from drill.kernels.benchmarks import models
+
+    parts = [fn(log=ctx.log)[1] for fn in (models.bench_decode, models.bench_head_dims)]
+    return StepResult("pass", "2 tables", "\n\n".join(parts), {})
+
+
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("env", step_env, True),
     ("sandbox_cuda", step_sandbox_cuda, True),
@@ -350,6 +358,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("flash_features", step_flash_features, True),
     ("flash_bench", step_flash_bench, True),
     ("decode_bench", step_decode_bench, True),
+    ("model_features", step_model_features, True),
     ("fp8_bench", step_fp8_bench, True),
     ("triton_exercise", step_triton_exercise, True),
     ("triton_decode", step_triton_decode, True),
