@@ -196,7 +196,7 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
     _cut_store(port)
     _shut_in(folder, int(plan.get("file_limit", {}).get(str(world), 1 << 20)))
     r.wrap_distributed()
-    r.emit(event="measure", peak=_peak_so_far())  # the first such event: no user code has run yet
+    r.emit(event="measure", peak=_peak(resource.getrusage(resource.RUSAGE_SELF)))  # the first such event: no user code has run yet
     user_file = os.path.join(folder, user_name)
 
     def refuse(*args, **kwargs):
@@ -385,16 +385,9 @@ def run_world(world: int, work: str, plan: dict) -> dict:
     return _watch(world, ranks, plan)
 
 
-def _peak_so_far() -> int | None:
-    """This process's VmHWM, in bytes."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+def _peak(usage) -> int:
+    """ru_maxrss in bytes: the peak resident memory the kernel kept (kilobytes on Linux, bytes on macOS)."""
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
 def _watch(world: int, ranks: list, plan: dict) -> dict:
@@ -451,7 +444,7 @@ def _watch(world: int, ranks: list, plan: dict) -> dict:
         except ProcessLookupError:
             pass
         _, _, usage = os.wait4(r["pid"], 0)
-        r["peak"] = usage.ru_maxrss * 1024  # kilobytes on Linux: the rank's whole life, kept by the kernel
+        r["peak"] = _peak(usage)  # the rank's whole life
         os.close(r["fd"])
     return {"world": world, "status": status, "seconds": round(time.monotonic() - started, 3),
             "ranks": [r["events"] for r in ranks], "peaks": [r["peak"] for r in ranks]}

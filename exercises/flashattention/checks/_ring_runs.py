@@ -319,8 +319,8 @@ def check_rank_memory(runs: Runs, case, most: float, gathered: str) -> None:
         for rank in range(world):
             peak, before = runs.peak_bytes(world, rank), runs.peak_before_user(world, rank)
             if peak is None or before is None:
-                fail(f"rank {rank}'s peak memory could not be measured on this machine (Linux /proc and wait4 "
-                     "are needed), so this check cannot pass", called=case.call(world, rank))
+                fail(f"rank {rank}'s peak memory could not be measured (the rank reported none before your file "
+                     "was imported), so this check cannot pass", called=case.call(world, rank))
             held[world, rank] = (peak - before) / case.shard_bytes
     small, large = MEMORY_WORLDS
     base = max(held[small, r] for r in range(small))
