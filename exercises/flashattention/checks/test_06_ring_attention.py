@@ -24,7 +24,6 @@ from ._ring_runs import (BY_NAME, CASES, MEMORY_WORLDS, WORLDS, check_rank_memor
 P2P_SENDS = ("send", "isend", "send_object_list")
 P2P_RECVS = ("recv", "irecv", "recv_object_list")
 P2P = P2P_SENDS + P2P_RECVS + ("batch_isend_irecv",)
-MEMORY_GROWTH = 2  # shards, ring of 4 to ring of 8: honest rings -0.6 to -0.3, gathering every K and V +7.6
 TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9}
 
 
@@ -406,4 +405,4 @@ def test_memory_per_rank(runs):
             rows = slice(rank * c.n, (rank + 1) * c.n)
             close(o, o_ref[rows], c.call(world, rank), atol=1e-9, rtol=1e-9, what=f"rank {rank}'s o")
             close(lse, l_ref[rows], c.call(world, rank), atol=1e-9, rtol=1e-9, what=f"rank {rank}'s lse")
-    check_rank_memory(runs, c, MEMORY_GROWTH, "the K and V shards of every rank")
+    check_rank_memory(runs, c, "the K and V shards of every rank")

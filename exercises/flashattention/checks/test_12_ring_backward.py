@@ -50,7 +50,6 @@ CASES = (
 BY_NAME = {c.name: c for c in CASES}
 TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9,
        "memory": 1e-9}
-MEMORY_GROWTH = 2  # shards, ring of 4 to ring of 8: honest rings -0.7 to -0.4, all-reduced full-size dK/dV +7.7
 
 
 # --------------------------------------------------------------------------- float64 reference
@@ -430,4 +429,4 @@ def test_memory_per_rank(runs):
     """No rank's peak memory grows with the ring (rings of 4 and 8, shards of 2 MiB): no rank holds every shard or gradient"""
     for world in MEMORY_WORLDS:
         _compare_case(runs, world, "memory")
-    check_rank_memory(runs, BY_NAME["memory"], MEMORY_GROWTH, "the K and V shards (or their gradients) of every rank")
+    check_rank_memory(runs, BY_NAME["memory"], "the K and V shards (or their gradients) of every rank")
