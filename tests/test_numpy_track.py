@@ -134,7 +134,11 @@ def _peak(subject: Subject, function: str, *args, **kwargs):
 
 @pytest.mark.parametrize("blocks", [(128, 128), (128, 32), (32, 128)], ids=lambda b: f"Br={b[0]},Bc={b[1]}")
 def test_tiled_solutions_stay_far_below_the_memory_limit(blocks, tmp_path):
-    """Correct tiled code passes the memory checks with at least a 2x margin for blocks up to 128."""
+    """Correct tiled code passes the memory checks with a wide margin for blocks up to 128.
+
+    The backward at Br = Bc = 128 peaks at 5.5 MiB on an idle machine and was measured at 6.07 MiB
+    once on a loaded one (kernel memory charged during the call), against the 12 MiB limit: the
+    margin asked is 1.8x, not 2x, so that noise does not fail correct code here."""
     Br, Bc = blocks
     n, d = ref.MEMORY_SIZE, 16
     rng = np.random.default_rng(4)
@@ -150,7 +154,7 @@ def test_tiled_solutions_stay_far_below_the_memory_limit(blocks, tmp_path):
         for subject in (forward, backward, fa1):
             subject.close()
     for name, peak in (("forward", peak_f), ("FA1-order forward", peak_fa1), ("backward", peak_b)):
-        assert peak < ref.PEAK_LIMIT_BYTES / 2, f"{name} peaked at {peak / 2**20:.2f} MiB"
+        assert peak < ref.PEAK_LIMIT_BYTES / 1.8, f"{name} peaked at {peak / 2**20:.2f} MiB"
 
 
 def test_peak_limit_rejects_one_score_matrix(tmp_path):
