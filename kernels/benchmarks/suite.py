@@ -331,14 +331,16 @@ def step_decode_bench(ctx: Context) -> StepResult:
 
 
 def step_fp8_bench(ctx: Context) -> StepResult:
-    """The FP8 forward against cuDNN bf16: every kernel's speed, the share of the FP8 peak, and the
-    error with and without incoherent processing (benchmarks/fp8.py)."""
+    """The FP8 forward against cuDNN bf16: every kernel's speed, the share of the FP8 peak, the error
+    with and without incoherent processing, and FA3's outlier error test (benchmarks/fp8.py)."""
     from drill.kernels.benchmarks import fp8
 
     rows, md = fp8.bench_fp8(log=ctx.log)
-    worst = min((r["tflops"][r["plan"]] / r["tflops"]["cudnn"] for r in rows), default=None)
-    return StepResult("pass", f"{len(rows)} rows" + (f"; lowest plan/cuDNN bf16 {worst:.2f}" if worst else ""), md,
-                      {"rows": rows})
+    accuracy, accuracy_md = fp8.fp8_accuracy(log=ctx.log)
+    worst = min((r["tflops"][r["plan"]] / r["tflops"]["cudnn"] for r in rows if "cudnn" in r["tflops"]),
+                default=None)
+    return StepResult("pass", f"{len(rows)} rows" + (f"; lowest plan/cuDNN bf16 {worst:.2f}" if worst else ""),
+                      md + "\n\n" + accuracy_md, {"rows": rows, "accuracy": accuracy})
 
 
 # The steps in their default order (name, function, on by default). A new step goes here.
