@@ -37,6 +37,7 @@ its ~30 µs a launch was more than the kernels' own time.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 import triton
@@ -191,7 +192,7 @@ FUSED_MERGE = True  # interpreter and pinned runs: merge in the split kernel's l
 INTERPRET_CONFIG = (16, 4, 1)
 # Tests and the benchmark may pin a config (BLOCK_N, num_warps, num_stages); None means tune.
 FORCED_CONFIG: tuple | None = None
-_TUNED: dict[tuple, tuple] = {}
+_TUNED: dict[tuple, tuple] = {}  # shape key + (being captured,) -> (config, splits, fused)
 LAST: dict = {}  # the config and split count of the latest call, for the benchmark's table
 
 
@@ -298,12 +299,20 @@ def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_l
         LAST.update(config=cfg, num_splits=splits, fused=FUSED_MERGE)
         run(cfg, splits, FUSED_MERGE)
         return (o, lse) if return_lse else o
-    key = (D, group_pad, q.dtype, paged, B * hkv, pow2(max_len), num_splits)
+    # A call being captured into a CUDA graph is replayed without the host: it takes the pick by GPU
+    # time. An eager call also pays its launches, which at batch 1 cost more than the kernels.
+    captured = q.is_cuda and torch.cuda.is_current_stream_capturing()
+    key = (D, group_pad, q.dtype, paged, B * hkv, pow2(max_len), num_splits, captured)
     choice = _TUNED.get(key)
     if choice is None:
-        choice = _tune(run, o, B, hkv, max_len, sms, num_splits)
+        if captured:  # nothing may be timed during a capture; an eager call of this shape tunes both
+            choice = (CANDIDATES[0], num_splits or pick_num_splits(B, hkv, max_len, sms, CANDIDATES[0][0]), False)
+        else:
+            picks = _tune(run, o, B, hkv, max_len, sms, num_splits)
+            _TUNED[key[:-1] + (True,)] = picks["graph"]
+            choice = picks["eager"]
         _TUNED[key] = choice
-    LAST.update(config=choice[0], num_splits=choice[1], fused=choice[2])
+    LAST.update(config=choice[0], num_splits=choice[1], fused=choice[2], captured=captured)
     run(*choice)
     return (o, lse) if return_lse else o
 
@@ -319,16 +328,30 @@ def split_counts(batch: int, hkv: int, max_len: int, sms: int, block_n: int) -> 
     return sorted({c for c in {base, max(1, base // 2), 2 * base} | waves if 1 <= c <= most})
 
 
-def _tune(run, o, B, hkv, max_len, sms, num_splits):
+def _eager_us(fn, calls: int = 30) -> float:
+    """Microseconds per call of `fn` called back to back and left to run: the larger of its host
+    time and its GPU time, what a loop of eager decode steps waits for."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _tune(run, o, B, hkv, max_len, sms, num_splits) -> dict:
     """Time each candidate (and, when num_splits is None, the split counts of split_counts), fused
     merge or not; a candidate whose output differs from the plain two-kernel path is dropped, so a
-    fast wrong variant can never be chosen. The GPU's time alone decides, timed as CUDA-graph
-    replays: eager do_bench lets host time leak in where it exceeds the L2 flush, which made the
-    one-launch fused merge look faster than it runs (kernels/NOTES.md)."""
+    fast wrong variant can never be chosen. Two picks: "graph", by the GPU's time alone (CUDA-graph
+    replays; eager do_bench lets host time leak in where it exceeds the L2 flush, which made the
+    one-launch fused merge look faster on the GPU than it runs, kernels/NOTES.md), for calls being
+    captured; and "eager", by the time per call of back-to-back eager calls (_eager_us, best of three
+    rounds), where a saved launch counts."""
     run(CANDIDATES[0], num_splits or pick_num_splits(B, hkv, max_len, sms, CANDIDATES[0][0]), False)
     want = o.float().clone()
     tol = 1e-2 * max(1.0, float(want.abs().max()))
     best, best_ms = None, float("inf")
+    eager: dict = {}
     for cfg in CANDIDATES:
         counts = [num_splits] if num_splits else split_counts(B, hkv, max_len, sms, cfg[0])
         for splits in counts:
@@ -341,11 +364,15 @@ def _tune(run, o, B, hkv, max_len, sms, num_splits):
                     ms = graph_ms(lambda: run(cfg, splits, fused), rep=40)
                 except Exception:  # a config that does not compile or fit
                     continue
+                eager[(cfg, splits, fused)] = float("inf")
                 if ms < best_ms:
                     best, best_ms = (cfg, splits, fused), ms
     if best is None:
         raise RuntimeError("flash_decode: no config compiled")
-    return best
+    for _ in range(3):  # interleaved rounds: a pause of the host's cannot decide alone
+        for c in eager:
+            eager[c] = min(eager[c], _eager_us(lambda c=c: run(*c)))
+    return {"graph": best, "eager": min(eager, key=eager.get)}
 
 
 def tuned_configs() -> dict:

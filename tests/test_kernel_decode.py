@@ -311,3 +311,24 @@ def test_gpu_fast_launch_matches_tritons_launcher(monkeypatch):
     monkeypatch.setattr(fastlaunch, "enabled", False)
     for (qq, s), got in zip(calls, fast):
         assert torch.equal(got, flash_decode(qq, k, v, s))
+
+
+@pytest.mark.gpu
+def test_gpu_captured_call_takes_the_pick_by_gpu_time():
+    """The tuner keeps two picks per shape: by eager time per call (launches count) and by CUDA-graph
+    time. A call captured into a graph takes the second and replays to the eager call's output."""
+    q, k, v, sl = contiguous_cache(1, 32, 8, 8192, 128, [8192], dtype=torch.bfloat16)
+    eager = flash_decode(q, k, v, sl)
+    eager_pick = dict(decode_mod.LAST)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        flash_decode(q, k, v, sl)  # warm-up on the capture's stream, as torch.cuda.graphs asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = flash_decode(q, k, v, sl)
+    assert decode_mod.LAST["captured"] and not eager_pick["captured"]
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured.float(), eager.float(), atol=2e-2, rtol=0)
