@@ -16,9 +16,9 @@ from .fastlaunch import interpreting
 
 LOG2E = 1.4426950408889634
 HEAD_DIMS = (16, 32, 64, 128, 256)  # powers of two the Triton kernels compile for
-# Head dims models use that are not powers of two (96: Phi, 192: DeepSeek-V3's q and k): flash_attention
-# runs them zero-padded to the next power of two, which leaves every score and output unchanged.
-PADDED_HEAD_DIMS = (96, 192)
+# Any other head dim up to the largest (80, 96: Phi and others; 192: DeepSeek-V3's q and k) flash_attention
+# runs zero-padded to the next power of two, which leaves every score and output unchanged.
+MAX_PADDED_HEAD_DIM = 256
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -40,7 +40,7 @@ def check_attention_arguments(q, k, v, sm_scale: float | None, name: str = "flas
                               padded: bool = False) -> float:
     """A ValueError naming the argument for shapes, head dims, dtypes or a scale the kernels do
     not take; returns the scale to use (1/sqrt(D) when None). With `padded` (a caller that pads
-    head dims) D may also be one of PADDED_HEAD_DIMS, and v's head dim may differ from q's."""
+    head dims) D may be any size from 1 to MAX_PADDED_HEAD_DIM, and v's head dim may differ from q's."""
     require_tensor("q", q, 4, "[B, H, Sq, D]")
     require_tensor("k", k, 4, "[B, Hkv, Sk, D]")
     require_tensor("v", v, 4, "[B, Hkv, Sk, Dv]" if padded else "[B, Hkv, Sk, D]")
@@ -49,10 +49,10 @@ def check_attention_arguments(q, k, v, sm_scale: float | None, name: str = "flas
             or k.shape[1] == 0 or H % k.shape[1]):
         raise ValueError(f"{name}: shape mismatch: q {_shape(q)}, k {_shape(k)}, v {_shape(v)} "
                          f"(k [B, Hkv, Sk, D] and v [B, Hkv, Sk, {'Dv' if padded else 'D'}] with Hkv dividing H)")
-    dims = HEAD_DIMS + PADDED_HEAD_DIMS if padded else HEAD_DIMS
+    allowed = f"1 to {MAX_PADDED_HEAD_DIM}" if padded else ", ".join(map(str, HEAD_DIMS))
     for arg, d in (("q", D), ("v", v.shape[3])):
-        if d not in dims:
-            raise ValueError(f"{name}: head dim {d} of {arg} not supported ({', '.join(map(str, sorted(dims)))})")
+        if not (d in HEAD_DIMS or (padded and 1 <= d <= MAX_PADDED_HEAD_DIM)):
+            raise ValueError(f"{name}: head dim {d} of {arg} not supported ({allowed})")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"{name}: q, k, v must share one dtype, float16, bfloat16 or float32; got "
                          f"{q.dtype}, {k.dtype}, {v.dtype}")

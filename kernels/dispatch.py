@@ -235,8 +235,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
     head h // (H / Hkv)); any strides, e.g. [B, S, H, D] tensors passed as .transpose(1, 2).
-    D a power of two from 16 to 256, or 96 or 192; v's head dim Dv may differ from D (one of the
-    same), e.g. DeepSeek-V3's D = 192, Dv = 128. fp16, bf16 or fp32 (fp32 in full precision unless
+    D any size from 1 to 256 (powers of two from 16 run as they are, others zero-padded); v's head
+    dim Dv may differ from D, e.g. DeepSeek-V3's D = 192, Dv = 128. fp16, bf16 or fp32 (fp32 in full precision unless
     PyTorch allows TF32 matmuls). Returns o [B, H, Sq, Dv] in q's layout (a view of a padded
     tensor where D or Dv is not a power of two or they differ), or (o, lse) with lse [B, H, Sq]
     float32 natural-log logsumexp of the scaled scores (-inf for rows that see no key).
@@ -249,7 +249,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         # The kernels take one power-of-two head dim: zero columns in q and k add nothing to a score,
         # zero columns in v give output columns that are cut off; autograd slices the gradients
         # back. Costs a copy of q, k, v and (D_pad - D) / D more matmul work.
-        pad = pow2(max(D, dv))
+        pad = max(16, pow2(max(D, dv)))
         q, k, v = (torch.nn.functional.pad(t, (0, pad - t.shape[-1])) for t in (q, k, v))
         o, lse = flash_attention(q, k, v, causal, sm_scale, return_lse=True)
         return (o[..., :dv], lse) if return_lse else o[..., :dv]

@@ -439,7 +439,7 @@ def test_cpu_backward_plan_switch(monkeypatch):
         flash_attention(q, q, q).sum().backward()
 
 # Head dims that are not powers of two, and a v head dim unlike q's (DeepSeek-V3: 192 and 128).
-PADDED_CASES = [(96, 96), (192, 192), (192, 128), (64, 96)]  # D, Dv
+PADDED_CASES = [(96, 96), (192, 192), (192, 128), (64, 96), (80, 80), (8, 8), (59, 40)]  # D, Dv
 
 
 @pytest.mark.parametrize("d,dv", PADDED_CASES, ids=lambda x: str(x))
@@ -460,11 +460,11 @@ def test_cpu_padded_head_dims_match_float64(d, dv, causal):
 
 
 def test_cpu_padded_head_dims_need_a_supported_dim():
-    q = torch.randn(1, 1, 8, 48)
-    with pytest.raises(ValueError, match="head dim 48 of q"):
+    q = torch.randn(1, 1, 8, 320)
+    with pytest.raises(ValueError, match="head dim 320 of q"):
         flash_attention(q, q, q)
-    with pytest.raises(ValueError, match="head dim 80 of v"):
-        flash_attention(torch.randn(1, 1, 8, 64), torch.randn(1, 1, 8, 64), torch.randn(1, 1, 8, 80))
+    with pytest.raises(ValueError, match="head dim 0 of v"):
+        flash_attention(torch.randn(1, 1, 8, 64), torch.randn(1, 1, 8, 64), torch.randn(1, 1, 8, 0))
     with pytest.raises(ValueError, match="shape mismatch"):  # k's head dim must be q's
         flash_attention(torch.randn(1, 1, 8, 192), torch.randn(1, 1, 8, 128), torch.randn(1, 1, 8, 128))
 
@@ -477,7 +477,7 @@ def test_cpu_rejects_bad_arguments(bad):
         if bad == "dim":
             flash_attention(q[0], k[0], v[0])
         elif bad == "headdim":
-            flash_attention(torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24), torch.randn(1, 1, 8, 24))
+            flash_attention(torch.randn(1, 1, 8, 264), torch.randn(1, 1, 8, 264), torch.randn(1, 1, 8, 264))
         elif bad == "dtype":
             flash_attention(q.double(), k.double(), v.double())
         elif bad == "groups":  # 3 query heads cannot share 2 key/value heads
