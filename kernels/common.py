@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import Callable
 
 import torch
@@ -67,7 +68,7 @@ def check_window_size(window_size) -> tuple[int, int]:
     if type(window_size) is tuple and window_size == (-1, -1):  # the default, checked without the loop
         return window_size
     ok = isinstance(window_size, (tuple, list)) and len(window_size) == 2 and all(
-        isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window_size)
+        isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= -1 for w in window_size)
     if not ok:
         raise ValueError(f"window_size must be a pair (left, right) of ints, each >= -1 (-1: unbounded), "
                          f"got {window_size!r}")

@@ -1,4 +1,5 @@
-"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask, GQA.
+"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask, GQA,
+sliding window, packed (varlen) batches.
 
 Shapes: q [B, H, Sq, D]; k and v [B, Hkv, Sk, D] with Hkv dividing H (grouped-query
 attention: query head h reads key/value head h // (H / Hkv); Hkv = 1 is multi-query).
@@ -35,6 +36,17 @@ Forward (one program per (query block, batch*head)):
 
 Causal masking is aligned to the bottom right (FlashAttention >= 2.1): query i sees key j
 iff j <= i + Sk - Sq. A row that sees no key gets o = 0, lse = -inf and zero gradients.
+
+Sliding window (constexpr WINDOW, runtime WIN_L, WIN_R >= 0): query i sees keys
+j0 - WIN_L <= j <= j0 + WIN_R, j0 = i + Sk - Sq. A query block visits only the key blocks the
+band touches, masked on its two edges and unmasked between (_window_keys); a key block of the
+dK/dV pass visits only the query blocks whose band reaches it (_window_rows).
+
+Packed batches (constexpr VARLEN): q, k, v are [total, heads, D] tensors seen as [1, heads,
+total, D]; the grid's batch index is a sequence, whose bounds come from int32 cumulative
+lengths (CU_Q, CU_K); lse, delta are [H, total_q]; programs past a shorter sequence's end
+return at once. Tiles go through pointers or per-program descriptors sized to the sequence
+(MODE 0 or 1), never host descriptors, which would let a ragged tile read the next sequence.
 
 Backward (deterministic: every output element is written by exactly one program):
     preprocess: delta_i = rowsum(dO_i * O_i) - dlse_i; lse2 = lse * log2(e) (+inf if empty)

@@ -162,6 +162,16 @@ def test_cpu_wide_windows_take_the_plain_kernels():
     assert (narrow.double() - want).abs().max().item() < 2e-5 and differs(narrow, plain[0], 1e-6)
 
 
+def test_cpu_window_size_takes_any_integers():
+    """A list, or numpy integers, are as good as a tuple of ints."""
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 1, 40, 16, generator=g) for _ in range(3))
+    want = flash_attention(q, k, v, window_size=(7, 2))
+    assert torch.equal(flash_attention(q, k, v, window_size=[7, 2]), want)
+    assert torch.equal(flash_attention(q, k, v, window_size=(np.int64(7), np.int32(2))), want)
+
+
 def test_cpu_window_padded_head_dim_and_bf16():
     """The window reaches the zero-padded head dims (D = 96, Dv = 64) and bf16 (fp32 in the interpreter)."""
     g = torch.Generator().manual_seed(3)
@@ -218,8 +228,8 @@ def varlen_reference(q, k, v, lens_q, lens_k, causal, window, scale):
 VARLEN_CASES = [
     # lengths of q, lengths of k, H, Hkv, causal, window
     ([37, 0, 1, 50, 20], [37, 5, 1, 64, 0], 2, 2, False, (-1, -1)),  # empty q, empty k, one row, Sq != Sk
-    ([33, 48, 1, 17], [40, 48, 3, 17], 2, 1, True, (12, -1)),  # causal window per sequence, GQA
-    ([45, 9, 30], [30, 9, 52], 3, 1, False, (6, 4)),  # two-sided window, MQA, Sq > Sk and Sq < Sk
+    ([33, 48, 1, 0, 17], [40, 48, 3, 6, 17], 2, 1, True, (12, -1)),  # causal window per sequence, GQA
+    ([45, 9, 30, 4], [30, 9, 52, 0], 3, 1, False, (6, 4)),  # two-sided window, MQA, Sq > Sk and Sq < Sk
 ]
 
 
