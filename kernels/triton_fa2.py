@@ -286,7 +286,8 @@ def _keep(cols, rows_shifted, SK, WIN_L, WIN_R, CAUSAL: tl.constexpr, WINDOW: tl
     if CAUSAL:
         keep = keep & (cols[None, :] <= rows_shifted[:, None])
     if WINDOW:
-        keep = keep & (cols[None, :] >= rows_shifted[:, None] - WIN_L) & (cols[None, :] <= rows_shifted[:, None] + WIN_R)
+        off = cols[None, :] - rows_shifted[:, None]  # key minus the row's diagonal key
+        keep = keep & (off >= -WIN_L) & (off <= WIN_R)
     return keep
 
 
