@@ -385,7 +385,7 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     window_size = check_window_size(window_size)
     D, dv = q.shape[-1], v.shape[-1]
     if D != dv or D not in HEAD_DIMS:  # zero padding, as flash_attention
-        pad = pow2(max(D, dv))
+        pad = max(16, pow2(max(D, dv)))  # the kernels' smallest head dim is 16
         q, k, v = (torch.nn.functional.pad(t, (0, pad - t.shape[-1])) for t in (q, k, v))
         o, lse = flash_attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, sm_scale,
                                         return_lse=True, window_size=window_size)
