@@ -7,6 +7,6 @@ Importing this package imports torch and triton; drill's CLI imports it only ins
 that need it.
 """
 
-from .dispatch import flash_attention, flash_attention_fp8, flash_decode, ring_attention
+from .dispatch import flash_attention, flash_attention_fp8, flash_attention_varlen, flash_decode, ring_attention
 
-__all__ = ["flash_attention", "flash_attention_fp8", "flash_decode", "ring_attention"]
+__all__ = ["flash_attention", "flash_attention_fp8", "flash_attention_varlen", "flash_decode", "ring_attention"]

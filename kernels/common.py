@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import Callable
 
 import torch
@@ -60,6 +61,83 @@ def check_attention_arguments(q, k, v, sm_scale: float | None, name: str = "flas
     if not sm_scale > 0:
         raise ValueError(f"{name}: sm_scale must be positive, got {sm_scale}")
     return float(sm_scale)
+
+
+def check_window_size(window_size) -> tuple[int, int]:
+    """window_size as (left, right) ints, each >= -1 (-1: no bound on that side), or a ValueError."""
+    if type(window_size) is tuple and window_size == (-1, -1):  # the default, checked without the loop
+        return window_size
+    ok = isinstance(window_size, (tuple, list)) and len(window_size) == 2 and all(
+        isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= -1 for w in window_size)
+    if not ok:
+        raise ValueError(f"window_size must be a pair (left, right) of ints, each >= -1 (-1: unbounded), "
+                         f"got {window_size!r}")
+    return int(window_size[0]), int(window_size[1])
+
+
+def check_varlen_arguments(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           sm_scale: float | None) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """(scale, cu_seqlens_q, cu_seqlens_k as int32) of a flash_attention_varlen call, or a ValueError
+    naming the argument at fault. The lengths are read on the host once (a synchronisation) and the
+    pair remembered by address and version counter, as check_cache_reads does."""
+    name = "flash_attention_varlen"
+    require_tensor("q", q, 3, "[total_q, H, D]")
+    require_tensor("k", k, 3, "[total_k, Hkv, D]")
+    require_tensor("v", v, 3, "[total_k, Hkv, Dv]")
+    if k.shape[:2] != v.shape[:2] or k.shape[2] != q.shape[2] or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"{name}: shape mismatch: q {_shape(q)}, k {_shape(k)}, v {_shape(v)} (k [total_k, Hkv, D] "
+                         f"and v [total_k, Hkv, Dv] with Hkv dividing H)")
+    # dtypes, head dims, scale: the dense checks on [1, heads, rows, D] views
+    views = [t.transpose(0, 1)[None] for t in (q, k, v)]
+    scale = check_attention_arguments(*views, sm_scale, name, padded=True)
+    for arg, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}: {arg}'s last dimension must be contiguous (stride 1), got strides {t.stride()}")
+    cus = []
+    for arg, cu, rows, most, most_name in (("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q"),
+                                           ("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")):
+        if (not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.shape[0] < 2
+                or cu.dtype not in (torch.int32, torch.int64)):
+            raise ValueError(f"{arg} must be an int32 (or int64) tensor [B + 1] with B >= 1, got "
+                             f"{getattr(cu, 'dtype', type(cu).__name__)} {_shape(cu)}")
+        if cu.device != q.device:
+            raise ValueError(f"{arg} must be on q's device {q.device}, got {cu.device}")
+        if isinstance(most, bool) or not isinstance(most, int) or most < 0:
+            raise ValueError(f"{most_name} must be an int >= 0, got {most!r}")
+        if rows >= 2**31:
+            raise ValueError(f"{name}: {rows} packed rows do not fit the kernels' int32 sequence bounds")
+        cus.append(cu)
+    if cus[0].shape != cus[1].shape:
+        raise ValueError(f"cu_seqlens_k must have cu_seqlens_q's shape {_shape(cus[0])} (one entry per sequence "
+                         f"and one more), got {_shape(cus[1])}")
+    _check_cu_values(cus, (q.shape[0], k.shape[0]), (max_seqlen_q, max_seqlen_k))
+    return scale, *(cu.to(torch.int32).contiguous() for cu in cus)
+
+
+def _check_cu_values(cus, totals, mosts) -> None:
+    if cus[0].is_cuda and torch.cuda.is_current_stream_capturing():
+        return  # nothing may synchronise while a graph is captured: check the inputs before
+    key = ("cu",) + tuple((cu.device, cu.data_ptr(), cu._version, tuple(cu.shape), cu.dtype) for cu in cus)
+    key += tuple(totals) + tuple(mosts)
+    if key in _CHECKED:
+        return
+    for arg, cu, total, most, most_name in zip(("cu_seqlens_q", "cu_seqlens_k"), cus, totals, mosts,
+                                               ("max_seqlen_q", "max_seqlen_k")):
+        vals = cu.to(torch.int64).cpu()
+        lens = vals[1:] - vals[:-1]
+        if int(vals[0]) != 0:
+            raise ValueError(f"{arg} must start at 0, got {int(vals[0])}")
+        if bool((lens < 0).any()):
+            b = int((lens < 0).nonzero()[0])
+            raise ValueError(f"{arg} must be non-decreasing, got {arg}[{b + 1}] = {int(vals[b + 1])} < "
+                             f"{arg}[{b}] = {int(vals[b])}")
+        if int(vals[-1]) != total:
+            raise ValueError(f"{arg}'s last entry must be the number of packed rows {total}, got {int(vals[-1])}")
+        if int(lens.max()) > most:
+            raise ValueError(f"{most_name} = {most} is less than the longest sequence in {arg}, {int(lens.max())}")
+    if len(_CHECKED) > 1024:
+        _CHECKED.clear()
+    _CHECKED[key] = True
 
 
 def check_decode_arguments(q, k_cache, v_cache, seq_lens, block_table) -> tuple[int, int, int, int]:

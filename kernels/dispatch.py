@@ -1,6 +1,8 @@
 """The package's face: every public entry point, its argument checks, and the plan that picks a backend.
 
-    flash_attention(q, k, v, causal, sm_scale, return_lse)   training attention, differentiable
+    flash_attention(q, k, v, causal, sm_scale, return_lse, window_size)   training attention, differentiable
+    flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, ...)
+                                                             the same over a packed batch of sequences
     flash_attention_fp8(q, k, v, causal, sm_scale, incoherent, return_lse)   FP8 forward (inference)
     flash_decode(q, k_cache, v_cache, seq_lens, block_table, num_splits, scale, return_lse)   one new token
     ring_attention(q, k, v, group, causal, layout, sm_scale, impl)           a sequence split over ranks
@@ -30,6 +32,8 @@ The plans, chosen per shape bucket the first time it is seen and kept for the pr
   "atomic" (dQ by atomic adds, not deterministic) are triton_fa2's single-kernel variants, slower at
   every size measured and kept for comparison. Every plan but "atomic" sums in a fixed order, so
   the gradients are bitwise reproducible whichever kernel runs.
+- Sliding windows and packed (varlen) batches run triton_fa2's kernels and its split backward only:
+  the Gluon kernels take neither, and the one-pass variants take no window.
 - FP8: gluon_fwd's FP8 kernel on Hopper for the shapes it covers (FP8_GLUON_CONFIGS), fp8.py's
   Triton kernel elsewhere.
 """
@@ -44,10 +48,10 @@ import triton
 
 from . import decode, fp8, ring, triton_fa2
 from .common import (HEAD_DIMS, bucket, check_attention_arguments, check_cache_reads, check_decode_arguments,
-                     empty_in_layout, is_hopper, last_dim_contiguous, pow2)
+                     check_varlen_arguments, check_window_size, empty_in_layout, is_hopper, last_dim_contiguous, pow2)
 from .fastlaunch import interpreting
 
-__all__ = ["flash_attention", "flash_attention_fp8", "flash_decode", "ring_attention"]
+__all__ = ["flash_attention", "flash_attention_fp8", "flash_attention_varlen", "flash_decode", "ring_attention"]
 
 
 # --------------------------------------------------------------------------- the plans
@@ -154,16 +158,23 @@ def _pick_backward(gluon_bwd, triton_kv, triton_q, q, k, v, do, dq, dk, dv, lse2
     return picks
 
 
-def _forward(q, k, v, causal: bool, sm_scale: float):
+def _forward(q, k, v, causal: bool, sm_scale: float, window: tuple[int, int] | None = None):
+    if window is not None:  # the Gluon kernels have no window
+        return triton_fa2.forward(q, k, v, False, sm_scale, window)
     done = _gluon_forward(q, k, v, causal, sm_scale)
     return done if done is not None else triton_fa2.forward(q, k, v, causal, sm_scale)
 
 
-def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float):
+def _backward(q, k, v, o, lse, do, dlse, causal: bool, sm_scale: float, window: tuple[int, int] | None = None):
     if BACKWARD not in BACKWARD_PLANS:
         raise ValueError(f"dispatch.BACKWARD = {BACKWARD!r}: expected one of {', '.join(BACKWARD_PLANS)}")
     do, delta, lse2 = triton_fa2.backward_prep(o, do, lse, dlse)
     dq, dk, dv = empty_in_layout(q), empty_in_layout(k), empty_in_layout(v)
+    if window is not None:  # only triton_fa2's split passes take a window
+        passes = triton_fa2.BackwardPasses(q, k, v, do, dq, dk, dv, lse2, delta, False, sm_scale, window)
+        passes.kv()
+        passes.q()
+        return dq, dk, dv
     passes = triton_fa2.BackwardPasses(q, k, v, do, dq, dk, dv, lse2, delta, causal, sm_scale)
     if BACKWARD in ("onepass", "atomic"):
         passes.one_pass(atomic=BACKWARD == "atomic")
@@ -212,12 +223,32 @@ def tuned_configs() -> dict:
 # --------------------------------------------------------------------------- flash_attention
 
 
+def _band(window_size: tuple[int, int], causal: bool, max_q: int, max_k: int) -> tuple[bool, tuple | None]:
+    """(causal, window) for the kernels from FA2's window_size, for sequences of at most max_q
+    queries and max_k keys. The default (-1, -1) changes nothing. A window wide enough to bound no
+    row (left >= max_k - 1 reaches key 0 from every row, right >= max_q - 1 the last key) is
+    dropped, so it runs the plain kernels: (-1, -1) the unmasked, (-1, 0) the causal one. Other
+    windows come back as (left, right) >= 0, an unbounded side as max_q + max_k (past every key,
+    and small enough for int32 arithmetic in the kernel), with causal folded into right = 0."""
+    if window_size == (-1, -1):
+        return causal, None
+    left, right = window_size
+    if causal:
+        right = 0
+    far = max_q + max_k
+    left = -1 if left < 0 or left >= max_k - 1 else left
+    right = -1 if right < 0 or right >= max_q - 1 else right
+    if left == -1 and right in (-1, 0):
+        return right == 0, None
+    return False, (far if left == -1 else left, far if right == -1 else right)
+
+
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        o, lse = _forward(q, k, v, causal, sm_scale)
+    def forward(ctx, q, k, v, causal, sm_scale, window):
+        o, lse = _forward(q, k, v, causal, sm_scale, window)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.window = causal, sm_scale, window
         return o, lse
 
     @staticmethod
@@ -225,12 +256,13 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(o)
-        dq, dk, dv = _backward(q, k, v, o, lse, do, dlse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _backward(q, k, v, o, lse, do, dlse, ctx.causal, ctx.sm_scale, ctx.window)
+        return dq, dk, dv, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    sm_scale: float | None = None, return_lse: bool = False):
+                    sm_scale: float | None = None, return_lse: bool = False, *,
+                    window_size: tuple[int, int] = (-1, -1)):
     """softmax(q k^T * sm_scale [+ bottom-right causal mask]) v, fused (triton_fa2.py has the algorithm).
 
     q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
@@ -242,8 +274,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     float32 natural-log logsumexp of the scaled scores (-inf for rows that see no key).
     Differentiable in q, k, v (dk and dv summed over each group), and through lse too (its
     gradient folds into delta). A ValueError names the argument the kernels cannot take.
+
+    window_size (left, right), FlashAttention-2's sliding window: query row i, whose diagonal key
+    is j0 = i + Sk - Sq (bottom-right aligned), sees keys j0 - left <= j <= j0 + right; -1 leaves
+    that side unbounded, and causal=True sets right = 0. A row that sees no key gets o = 0 and
+    lse = -inf. A window runs triton_fa2's kernels only (on Hopper the Gluon kernels take the
+    unwindowed calls), visiting only the key blocks inside the band.
     """
     sm_scale = check_attention_arguments(q, k, v, sm_scale, padded=True)
+    window_size = check_window_size(window_size)
     D, dv = q.shape[-1], v.shape[-1]
     if D != dv or D not in HEAD_DIMS:
         # The kernels take one power-of-two head dim: zero columns in q and k add nothing to a score,
@@ -251,18 +290,116 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         # back. Costs a copy of q, k, v and (D_pad - D) / D more matmul work.
         pad = max(16, pow2(max(D, dv)))
         q, k, v = (torch.nn.functional.pad(t, (0, pad - t.shape[-1])) for t in (q, k, v))
-        o, lse = flash_attention(q, k, v, causal, sm_scale, return_lse=True)
+        o, lse = flash_attention(q, k, v, causal, sm_scale, return_lse=True, window_size=window_size)
         return (o[..., :dv], lse) if return_lse else o[..., :dv]
     if interpreting() and q.dtype == torch.bfloat16:
         # Triton's interpreter has no bf16 arithmetic (it computes on the bit patterns): run fp32,
         # round the output as a bf16 kernel would; gradients flow back through the casts
-        o, lse = flash_attention(q.float(), k.float(), v.float(), causal, sm_scale, return_lse=True)
+        o, lse = flash_attention(q.float(), k.float(), v.float(), causal, sm_scale, return_lse=True,
+                                 window_size=window_size)
         return (o.to(torch.bfloat16), lse) if return_lse else o.to(torch.bfloat16)
     q, k, v = (last_dim_contiguous(t) for t in (q, k, v))
+    causal, window = _band(window_size, bool(causal), q.shape[2], k.shape[2])
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale))
+        o, lse = _FlashAttention.apply(q, k, v, causal, float(sm_scale), window)
     else:  # no graph to record: skip autograd's bookkeeping (host time)
-        o, lse = _forward(q, k, v, bool(causal), float(sm_scale))
+        o, lse = _forward(q, k, v, causal, float(sm_scale), window)
+    return (o, lse) if return_lse else o
+
+
+# --------------------------------------------------------------------------- flash_attention_varlen
+
+
+def _heads_view(t: torch.Tensor) -> torch.Tensor:
+    """A packed [total, heads, D] tensor as the [1, heads, total, D] view the kernels read."""
+    return t.permute(1, 0, 2)[None]
+
+
+def _packed(t: torch.Tensor) -> torch.Tensor:
+    """The inverse of _heads_view: [1, heads, total, D] -> [total, heads, D]."""
+    return t[0].permute(1, 0, 2)
+
+
+def _varlen_forward(q, k, v, causal, sm_scale, window, varlen):
+    """(o [total_q, H, Dv], lse [H, total_q]) of packed q, k, v."""
+    H, total_q = q.shape[1], q.shape[0]
+    if total_q == 0 or k.shape[0] == 0:  # nothing to launch: every row sees no key
+        return (q.new_zeros((total_q, H, v.shape[-1])),
+                torch.full((H, total_q), float("-inf"), dtype=torch.float32, device=q.device))
+    o, lse = triton_fa2.forward(_heads_view(q), _heads_view(k), _heads_view(v), causal, sm_scale, window, varlen)
+    return _packed(o), lse[0]
+
+
+def _varlen_backward(q, k, v, o, lse, do, dlse, causal, sm_scale, window, varlen):
+    if q.shape[0] == 0 or k.shape[0] == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    q4, k4, v4 = _heads_view(q), _heads_view(k), _heads_view(v)
+    do4, delta, lse2 = triton_fa2.backward_prep(_heads_view(o), _heads_view(do), lse[None],
+                                                None if dlse is None else dlse[None])
+    dq, dk, dv = empty_in_layout(q4), empty_in_layout(k4), empty_in_layout(v4)
+    passes = triton_fa2.BackwardPasses(q4, k4, v4, do4, dq, dk, dv, lse2, delta, causal, sm_scale, window, varlen)
+    passes.kv()
+    passes.q()
+    return _packed(dq), _packed(dk), _packed(dv)
+
+
+class _FlashAttentionVarlen(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale, window, varlen):
+        o, lse = _varlen_forward(q, k, v, causal, sm_scale, window, varlen)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (causal, sm_scale, window, varlen)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(o)
+        return *_varlen_backward(q, k, v, o, lse, do, dlse, *ctx.args), None, None, None, None
+
+
+def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                           sm_scale: float | None = None, return_lse: bool = False, *,
+                           window_size: tuple[int, int] = (-1, -1)):
+    """flash_attention over a packed batch of sequences of different lengths (FlashAttention-2's
+    flash_attn_varlen_func): no padding is stored or computed.
+
+    q [total_q, H, D]; k, v [total_k, Hkv, D] and [total_k, Hkv, Dv] (Hkv dividing H); last dim
+    contiguous, any row and head strides. cu_seqlens_q, cu_seqlens_k int32 (or int64) [B + 1],
+    B >= 1, from 0, non-decreasing, ending at total_q and total_k: sequence b's queries are rows
+    cu_seqlens_q[b]:cu_seqlens_q[b + 1], its keys rows cu_seqlens_k[b]:cu_seqlens_k[b + 1].
+    max_seqlen_q, max_seqlen_k: at least the longest sequence (they size the grid). causal and
+    window_size as flash_attention's, per sequence, bottom-right aligned per sequence; a sequence
+    may be empty, and rows of one without keys give o = 0, lse = -inf. Head dims, dtypes and
+    the zero padding of D = 96, 192 or D != Dv as flash_attention's.
+
+    Returns o [total_q, H, Dv], or (o, lse) with lse [H, total_q] float32 natural log (FA2's
+    layout). Differentiable in q, k, v (and through lse). Runs triton_fa2's kernels and split
+    backward. A ValueError names the argument at fault; checking cu_seqlens reads them on the host
+    once per pair of tensors (remembered by address and version).
+    """
+    sm_scale, cu_q, cu_k = check_varlen_arguments(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                  sm_scale)
+    window_size = check_window_size(window_size)
+    D, dv = q.shape[-1], v.shape[-1]
+    if D != dv or D not in HEAD_DIMS:  # zero padding, as flash_attention
+        pad = max(16, pow2(max(D, dv)))  # the kernels' smallest head dim is 16
+        q, k, v = (torch.nn.functional.pad(t, (0, pad - t.shape[-1])) for t in (q, k, v))
+        o, lse = flash_attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, sm_scale,
+                                        return_lse=True, window_size=window_size)
+        return (o[..., :dv], lse) if return_lse else o[..., :dv]
+    if interpreting() and q.dtype == torch.bfloat16:  # no bf16 arithmetic in the interpreter: see flash_attention
+        o, lse = flash_attention_varlen(q.float(), k.float(), v.float(), cu_q, cu_k, max_seqlen_q, max_seqlen_k,
+                                        causal, sm_scale, return_lse=True, window_size=window_size)
+        return (o.to(torch.bfloat16), lse) if return_lse else o.to(torch.bfloat16)
+    causal, window = _band(window_size, bool(causal), max_seqlen_q, max_seqlen_k)
+    varlen = triton_fa2.Varlen(cu_q, cu_k, max_seqlen_q, max_seqlen_k)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        o, lse = _FlashAttentionVarlen.apply(q, k, v, causal, float(sm_scale), window, varlen)
+    else:
+        o, lse = _varlen_forward(q, k, v, causal, float(sm_scale), window, varlen)
     return (o, lse) if return_lse else o
 
 

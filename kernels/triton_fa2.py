@@ -1,4 +1,5 @@
-"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask, GQA.
+"""Reference FlashAttention-2 in Triton: forward, backward, LSE, bottom-right causal mask, GQA,
+sliding window, packed (varlen) batches.
 
 Shapes: q [B, H, Sq, D]; k and v [B, Hkv, Sk, D] with Hkv dividing H (grouped-query
 attention: query head h reads key/value head h // (H / Hkv); Hkv = 1 is multi-query).
@@ -36,6 +37,17 @@ Forward (one program per (query block, batch*head)):
 Causal masking is aligned to the bottom right (FlashAttention >= 2.1): query i sees key j
 iff j <= i + Sk - Sq. A row that sees no key gets o = 0, lse = -inf and zero gradients.
 
+Sliding window (constexpr WINDOW, runtime WIN_L, WIN_R >= 0): query i sees keys
+j0 - WIN_L <= j <= j0 + WIN_R, j0 = i + Sk - Sq. A query block visits only the key blocks the
+band touches, masked on its two edges and unmasked between (_window_keys); a key block of the
+dK/dV pass visits only the query blocks whose band reaches it (_window_rows).
+
+Packed batches (constexpr VARLEN): q, k, v are [total, heads, D] tensors seen as [1, heads,
+total, D]; the grid's batch index is a sequence, whose bounds come from int32 cumulative
+lengths (CU_Q, CU_K); lse, delta are [H, total_q]; programs past a shorter sequence's end
+return at once. Tiles go through pointers or per-program descriptors sized to the sequence
+(MODE 0 or 1), never host descriptors, which would let a ragged tile read the next sequence.
+
 Backward (deterministic: every output element is written by exactly one program):
     preprocess: delta_i = rowsum(dO_i * O_i) - dlse_i; lse2 = lse * log2(e) (+inf if empty)
     dK/dV pass: one program per (key block, key/value head), looping over the query heads
@@ -65,6 +77,7 @@ All three run under TRITON_INTERPRET=1 (tl.make_block_ptr does not, on Triton 3.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -176,16 +189,51 @@ def _exp2_mixed(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.conste
 
 
 @triton.jit
-def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
-                   MODE: tl.constexpr):
-    """The set-up shared by the programs that own one query block (forward and dQ), so the
-    causal bounds are written once: which rows, which keys, and what q, k, v tiles come through.
+def _sequence(CU_Q, CU_K, b):
+    """Sequence b of a packed (varlen) batch: (its first query row, its query count, its first key
+    row, its key count), from the cumulative lengths."""
+    q_first = tl.load(CU_Q + b)
+    k_first = tl.load(CU_K + b)
+    return q_first, tl.load(CU_Q + b + 1) - q_first, k_first, tl.load(CU_K + b + 1) - k_first
 
-    Keys [0, full_end) are seen in full by every row of the block (no mask); [full_end, diag_end)
-    straddle the causal diagonal or the ragged end of K (masked); later keys are never visited.
-    The mask is aligned bottom-right: row i sees key j iff j <= i + SK - SQ = rows_shifted[i].
-    Every branch is on a constexpr, so the kernels compile to what the inlined code gave.
+
+@triton.jit
+def _window_keys(start_m, SQ, SK, WIN_L, WIN_R, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The key blocks a query block [start_m, start_m + BLOCK_M) visits under a sliding window:
+    (lo, full_lo, full_hi, hi) with masked blocks in [lo, full_lo) and [full_hi, hi) and blocks
+    every row sees in full in [full_lo, full_hi). Blocks outside [lo, hi) are never loaded: that
+    is the whole saving of a window. lo and full_lo, full_hi are multiples of BLOCK_N (or hi).
+
+    Row i sees keys [i + shift - WIN_L, i + shift + WIN_R] within [0, SK), so the block's keys run
+    from its first row's left edge to its last real row's right edge, and every row sees the
+    intersection of its last row's left edge and its first row's right edge."""
+    shift = SK - SQ
+    last = tl.minimum(start_m + BLOCK_M, SQ) - 1
+    lo = tl.maximum(start_m + shift - WIN_L, 0) // BLOCK_N * BLOCK_N
+    hi = tl.maximum(tl.minimum(last + shift + WIN_R + 1, SK), lo)  # lo: no key at all, nothing to visit
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(last + shift - WIN_L, BLOCK_N) * BLOCK_N, lo), hi)
+    full_hi = tl.minimum(start_m + shift + WIN_R + 1, hi) // BLOCK_N * BLOCK_N
+    full_hi = tl.maximum(full_hi, full_lo)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def _query_program(Q, K, V, CU_Q, CU_K, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, WIN_L, WIN_R,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr,
+                   WINDOW: tl.constexpr, VARLEN: tl.constexpr, MODE: tl.constexpr):
+    """The set-up shared by the programs that own one query block (forward and dQ), so the
+    masking bounds are written once: which rows, which keys, and what q, k, v tiles come through.
+
+    Keys [key_lo, full_end) are seen in full by every row of the block (no mask); [full_end,
+    diag_end) straddle the causal diagonal, the window's right edge or the ragged end of K
+    (masked); with a window, [win_lo, key_lo) straddle its left edge (masked); other keys are never
+    visited. The mask is aligned bottom-right: row i's diagonal key is rows_shifted[i] = i + SK - SQ.
+
+    VARLEN: q, k, v are packed [total, heads, D] tensors seen as [1, heads, total, D], and the
+    host passes each row stride as the batch stride, so the batch term of a head's offset becomes
+    the sequence's first row (b_q, b_k); SQ, SK (the packed totals on entry) become the sequence's
+    lengths, and the per-row statistics (lse, delta) of the [H, total_q] arrays start at stat.
+    Every branch is on a constexpr, so each specialisation compiles to what the inlined code gave.
     """
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -196,23 +244,51 @@ def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, S
     h = off_hz % H
     hk = h // G  # the key/value head of this query head's group
     start_m = pid_m * BLOCK_M
+    if VARLEN:
+        q_first, SQ_SEQ, k_first, SK_SEQ = _sequence(CU_Q, CU_K, b)
+        stat = h * SQ + q_first  # lse is [H, total_q]
+        SQ = SQ_SEQ
+        SK = SK_SEQ
+        b_q = q_first.to(tl.int64)
+        b_k = k_first.to(tl.int64)
+    else:
+        stat = off_hz * SQ
+        b_q = b
+        b_k = b
 
-    q_src, q_r0, q_c0 = _head(Q, b, h, sqb, sqh, SQ, sqs, BLOCK_M, D, MODE)
-    k_src, k_r0, k_c0 = _head(K, b, hk, skb, skh, SK, sks, BLOCK_N, D, MODE)
-    v_src, v_r0, v_c0 = _head(V, b, hk, svb, svh, SK, svs, BLOCK_N, D, MODE)
+    q_src, q_r0, q_c0 = _head(Q, b_q, h, sqb, sqh, SQ, sqs, BLOCK_M, D, MODE)
+    k_src, k_r0, k_c0 = _head(K, b_k, hk, skb, skh, SK, sks, BLOCK_N, D, MODE)
+    v_src, v_r0, v_c0 = _head(V, b_k, hk, svb, svh, SK, svs, BLOCK_N, D, MODE)
 
     rows = start_m + tl.arange(0, BLOCK_M)
+    win_lo = 0
+    key_lo = 0
     if CAUSAL:
         shift = SK - SQ  # bottom-right alignment: row i sees keys j <= i + shift
         full_end = tl.maximum(tl.minimum(start_m + shift + 1, SK), 0) // BLOCK_N * BLOCK_N
         diag_end = tl.minimum(start_m + BLOCK_M + shift, SK)
+    elif WINDOW:
+        shift = SK - SQ
+        win_lo, key_lo, full_end, diag_end = _window_keys(start_m, SQ, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N)
     else:
         shift = 0
         full_end = SK // BLOCK_N * BLOCK_N
         diag_end = SK
     rows_shifted = rows + shift
-    return (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+    return (off_hz, b_q, h, start_m, rows, rows_shifted, win_lo, key_lo, full_end, diag_end, SQ, SK, stat,
             q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0)
+
+
+@triton.jit
+def _keep(cols, rows_shifted, SK, WIN_L, WIN_R, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] mask of the keys `cols` each row sees (rows by their diagonal key)."""
+    keep = cols[None, :] < SK
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows_shifted[:, None])
+    if WINDOW:
+        off = cols[None, :] - rows_shifted[:, None]  # key minus the row's diagonal key
+        keep = keep & (off >= -WIN_L) & (off <= WIN_R)
+    return keep
 
 
 # --------------------------------------------------------------------------- forward
@@ -220,16 +296,14 @@ def _query_program(Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, S
 
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, lo, hi, rows_shifted, qk_scale,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
-               CAUSAL: tl.constexpr, MODE: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
+               WIN_L, WIN_R, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+               CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MODE: tl.constexpr, POLY: tl.constexpr,
+               PREC: tl.constexpr):
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
         qk = tl.dot(q, tl.trans(k), input_precision=PREC)  # [BLOCK_M, BLOCK_N], fp32
         if MASKED:
-            cols = start_n + tl.arange(0, BLOCK_N)
-            keep = cols[None, :] < SK
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows_shifted[:, None])
+            keep = _keep(start_n + tl.arange(0, BLOCK_N), rows_shifted, SK, WIN_L, WIN_R, CAUSAL, WINDOW)
             s = tl.where(keep, qk * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             # a row with every key masked so far keeps m = -inf; subtract 0 instead of -inf
@@ -280,12 +354,17 @@ def _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, 
 @triton.jit
 def _fwd_kernel(Q, K, V, O, LSE,
                 sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-                H, G, SQ, SK, qk_scale,
+                H, G, SQ, SK, qk_scale, CU_Q, CU_K, WIN_L, WIN_R,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr):
-    (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+                MODE: tl.constexpr, PREFETCH: tl.constexpr, POLY: tl.constexpr, PREC: tl.constexpr,
+                WINDOW: tl.constexpr, VARLEN: tl.constexpr):
+    (off_hz, b, h, start_m, rows, rows_shifted, win_lo, key_lo, full_end, diag_end, SQ, SK, stat,
      q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
-        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
+        Q, K, V, CU_Q, CU_K, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, WIN_L, WIN_R,
+        BLOCK_M, BLOCK_N, D, CAUSAL, WINDOW, VARLEN, MODE)
+    if VARLEN:
+        if start_m >= SQ:  # the grid covers the longest sequence; this one is shorter
+            return
     o_src, o_r0, o_c0 = _head(O, b, h, sob, soh, SQ, sos, BLOCK_M, D, MODE)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -293,21 +372,25 @@ def _fwd_kernel(Q, K, V, O, LSE,
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
 
+    if WINDOW:  # the blocks on the window's left edge
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
+                                   win_lo, key_lo, rows_shifted, qk_scale, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, True,
+                                   CAUSAL, WINDOW, MODE, 0, PREC)
     if PREFETCH:
         acc, l_i, m_i = _fwd_inner_prefetch(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
-                                            0, full_end, qk_scale, BLOCK_M, BLOCK_N, D, MODE, POLY, PREC)
+                                            key_lo, full_end, qk_scale, BLOCK_M, BLOCK_N, D, MODE, POLY, PREC)
     else:
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
-                                   0, full_end, rows_shifted, qk_scale, BLOCK_M, BLOCK_N, D, False, CAUSAL, MODE,
-                                   POLY, PREC)
+                                   key_lo, full_end, rows_shifted, qk_scale, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, False,
+                                   CAUSAL, WINDOW, MODE, POLY, PREC)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK,
-                               full_end, diag_end, rows_shifted, qk_scale, BLOCK_M, BLOCK_N, D, True, CAUSAL, MODE,
-                               0, PREC)
+                               full_end, diag_end, rows_shifted, qk_scale, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, True,
+                               CAUSAL, WINDOW, MODE, 0, PREC)
 
     empty = l_i == 0.0  # rows that saw no key
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
-    tl.store(LSE + off_hz * SQ + rows, lse, mask=rows < SQ)
+    tl.store(LSE + stat + rows, lse, mask=rows < SQ)
     _store_rows(o_src, o_r0, o_c0, start_m, SQ, sos, o.to(q.dtype), BLOCK_M, D, MODE)
 
 
@@ -377,9 +460,10 @@ def _dq_add(dq, DQACC, CNT, start_m, j, last_j, SQ, BLOCK_M: tl.constexpr, D: tl
 
 @triton.jit
 def _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, LSE2, DELTA, sqs, sdos, SQ, lo, hi,
-                  cols_shifted, qk_scale, DQACC, CNT, pid_n, shift, SK,
+                  cols_shifted, qk_scale, DQACC, CNT, pid_n, shift, SK, WIN_L, WIN_R,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
-                  CAUSAL: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr, DQ_MODE: tl.constexpr):
+                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
+                  DQ_MODE: tl.constexpr):
     for start_m in tl.range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
         q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)  # [BLOCK_M, D]
@@ -391,6 +475,11 @@ def _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, LSE2, D
             if CAUSAL:
                 # key j is seen by row i iff j - shift <= i (this also drops keys past SK)
                 pT = tl.where(cols_shifted[:, None] <= rows[None, :], pT, 0.0)
+            elif WINDOW:
+                # key j is seen by row i iff -WIN_L <= (j - shift) - i <= WIN_R (keys past SK only
+                # reach rows of dK, dV that are not stored)
+                off = cols_shifted[:, None] - rows[None, :]
+                pT = tl.where((off >= -WIN_L) & (off <= WIN_R), pT, 0.0)
             else:
                 # keys past SK (one-pass only: their dQ columns are not dropped with the rows of dK)
                 pT = tl.where(cols_shifted[:, None] < SK, pT, 0.0)
@@ -411,12 +500,30 @@ def _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, LSE2, D
 
 
 @triton.jit
+def _window_rows(start_n, SQ, SK, WIN_L, WIN_R, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The query blocks a key block [start_n, start_n + BLOCK_N) meets under a sliding window, the
+    transpose of _window_keys: (lo, full_lo, full_hi, hi), rows of [lo, full_lo) and [full_hi, hi)
+    masked, rows of [full_lo, full_hi) seeing every real key of the block.
+
+    Key j is seen by rows [j - shift - WIN_R, j - shift + WIN_L]; keys past SK are ignored (the
+    rows of dK and dV they give are never stored)."""
+    shift = SK - SQ
+    last = tl.minimum(start_n + BLOCK_N, SK) - 1
+    lo = tl.maximum(start_n - shift - WIN_R, 0) // BLOCK_M * BLOCK_M
+    hi = tl.maximum(tl.minimum(last - shift + WIN_L + 1, SQ), lo)
+    full_lo = tl.minimum(tl.maximum(tl.cdiv(last - shift - WIN_R, BLOCK_M) * BLOCK_M, lo), hi)
+    full_hi = tl.maximum(tl.minimum(start_n - shift + WIN_L + 1, hi) // BLOCK_M * BLOCK_M, full_lo)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
 def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
                    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos,
                    sdkb, sdkh, sdks, sdvb, sdvh, sdvs,
-                   H, HKV, SQ, SK, sm_scale, qk_scale,
+                   H, HKV, SQ, SK, sm_scale, qk_scale, CU_Q, CU_K, WIN_L, WIN_R,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                   MODE: tl.constexpr, PREC: tl.constexpr, DQ_MODE: tl.constexpr):
+                   MODE: tl.constexpr, PREC: tl.constexpr, DQ_MODE: tl.constexpr, WINDOW: tl.constexpr,
+                   VARLEN: tl.constexpr):
     """dK, dV of one key block (and, if DQ_MODE, its share of dQ: the one-pass backward).
 
     The grid is (key block, batch * key/value head) with the key block fastest-varying, so
@@ -425,6 +532,9 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
     which have smaller linear block indices and so were dispatched first (finished, or
     running on another SM); the unfinished block with the smallest index never waits on an
     unfinished one, so no set of resident blocks can wait on each other forever.
+
+    VARLEN (two-pass only) and WINDOW as in _query_program: the batch index picks a sequence,
+    whose first rows stand in for the batch offsets.
     """
     pid_n = tl.program_id(0)
     off_bk = tl.program_id(1)  # (batch, key/value head)
@@ -432,23 +542,41 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
     hk = off_bk % HKV
     G = H // HKV
     start_n = pid_n * BLOCK_N
+    if VARLEN:
+        q_first, SQ_SEQ, k_first, SK_SEQ = _sequence(CU_Q, CU_K, b)
+        TOTAL_Q = SQ
+        SQ = SQ_SEQ
+        SK = SK_SEQ
+        if start_n >= SK:  # the grid covers the longest sequence; this one is shorter
+            return
+        b_q = q_first.to(tl.int64)
+        b_k = k_first.to(tl.int64)
+    else:
+        b_q = b
+        b_k = b
 
-    k_src, k_r0, k_c0 = _head(K, b, hk, skb, skh, SK, sks, BLOCK_N, D, MODE)
-    v_src, v_r0, v_c0 = _head(V, b, hk, svb, svh, SK, svs, BLOCK_N, D, MODE)
-    dk_src, dk_r0, dk_c0 = _head(DK, b, hk, sdkb, sdkh, SK, sdks, BLOCK_N, D, MODE)
-    dv_src, dv_r0, dv_c0 = _head(DV, b, hk, sdvb, sdvh, SK, sdvs, BLOCK_N, D, MODE)
+    k_src, k_r0, k_c0 = _head(K, b_k, hk, skb, skh, SK, sks, BLOCK_N, D, MODE)
+    v_src, v_r0, v_c0 = _head(V, b_k, hk, svb, svh, SK, svs, BLOCK_N, D, MODE)
+    dk_src, dk_r0, dk_c0 = _head(DK, b_k, hk, sdkb, sdkh, SK, sdks, BLOCK_N, D, MODE)
+    dv_src, dv_r0, dv_c0 = _head(DV, b_k, hk, sdvb, sdvh, SK, sdvs, BLOCK_N, D, MODE)
 
     k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
     v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
 
+    win_lo = 0
+    win_hi = 0
     if CAUSAL:
         shift = SK - SQ
         # first query row that sees key start_n, and first row that sees the whole key block
         diag_lo = tl.maximum(start_n - shift, 0) // BLOCK_M * BLOCK_M
         full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - shift, 0), BLOCK_M) * BLOCK_M
         full_lo = tl.maximum(full_lo, diag_lo)
+        cols_shifted = start_n + tl.arange(0, BLOCK_N) - shift
+    elif WINDOW:
+        shift = SK - SQ
+        diag_lo, full_lo, full_hi, win_hi = _window_rows(start_n, SQ, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N)
         cols_shifted = start_n + tl.arange(0, BLOCK_N) - shift
     else:
         shift = 0
@@ -458,37 +586,54 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
     # the query heads of this group, one after the other: a fixed summation order
     for g in range(G):
         h = hk * G + g
-        q_src, q_r0, q_c0 = _head(Q, b, h, sqb, sqh, SQ, sqs, BLOCK_M, D, MODE)
-        do_src, do_r0, do_c0 = _head(DO, b, h, sdob, sdoh, SQ, sdos, BLOCK_M, D, MODE)
-        lse2_ptr = LSE2 + (b * H + h) * SQ
-        delta_ptr = DELTA + (b * H + h) * SQ
+        q_src, q_r0, q_c0 = _head(Q, b_q, h, sqb, sqh, SQ, sqs, BLOCK_M, D, MODE)
+        do_src, do_r0, do_c0 = _head(DO, b_q, h, sdob, sdoh, SQ, sdos, BLOCK_M, D, MODE)
+        if VARLEN:
+            lse2_ptr = LSE2 + h * TOTAL_Q + q_first  # lse2 and delta are [H, total_q]
+            delta_ptr = DELTA + h * TOTAL_Q + q_first
+        else:
+            lse2_ptr = LSE2 + (b * H + h) * SQ
+            delta_ptr = DELTA + (b * H + h) * SQ
         dqacc_ptr = DQACC + (b * H + h) * SQ * D  # this head's fp32 dQ buffer (one-pass only)
         cnt_ptr = CNT + (b * H + h) * tl.cdiv(SQ, BLOCK_M)  # and its counters, one per query block
         if CAUSAL:
             dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
                                    sqs, sdos, SQ, diag_lo, tl.minimum(full_lo, SQ), cols_shifted, qk_scale,
-                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, True, True, MODE,
-                                   PREC, DQ_MODE)
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, True,
+                                   True, False, MODE, PREC, DQ_MODE)
             dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
                                    sqs, sdos, SQ, full_lo, SQ, cols_shifted, qk_scale,
-                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, False, True, MODE,
-                                   PREC, DQ_MODE)
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, False,
+                                   True, False, MODE, PREC, DQ_MODE)
+        elif WINDOW:  # left edge, the rows that see the whole block, right edge
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, diag_lo, full_lo, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, True,
+                                   False, True, MODE, PREC, DQ_MODE)
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, full_lo, full_hi, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, False,
+                                   False, True, MODE, PREC, DQ_MODE)
+            dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
+                                   sqs, sdos, SQ, full_hi, win_hi, cols_shifted, qk_scale,
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, True,
+                                   False, True, MODE, PREC, DQ_MODE)
         elif DQ_MODE == 0:
             dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
                                    sqs, sdos, SQ, 0, SQ, cols_shifted, qk_scale,
-                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, False, False, MODE,
-                                   PREC, DQ_MODE)
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, False,
+                                   False, False, MODE, PREC, DQ_MODE)
         elif start_n + BLOCK_N > SK:
             # one-pass, ragged last key block: its padding keys must not reach dQ
             dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
                                    sqs, sdos, SQ, 0, SQ, cols_shifted, qk_scale,
-                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, True, False, MODE,
-                                   PREC, DQ_MODE)
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, True,
+                                   False, False, MODE, PREC, DQ_MODE)
         else:
             dk, dv = _bwd_kv_inner(dk, dv, k, v, q_src, q_r0, q_c0, do_src, do_r0, do_c0, lse2_ptr, delta_ptr,
                                    sqs, sdos, SQ, 0, SQ, cols_shifted, qk_scale,
-                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, BLOCK_M, BLOCK_N, D, False, False, MODE,
-                                   PREC, DQ_MODE)
+                                   dqacc_ptr, cnt_ptr, pid_n, shift, SK, WIN_L, WIN_R, BLOCK_M, BLOCK_N, D, False,
+                                   False, False, MODE, PREC, DQ_MODE)
     _store_rows(dv_src, dv_r0, dv_c0, start_n, SK, sdvs, dv.to(v.dtype), BLOCK_N, D, MODE)
     dk *= sm_scale
     _store_rows(dk_src, dk_r0, dk_c0, start_n, SK, sdks, dk.to(k.dtype), BLOCK_N, D, MODE)
@@ -496,8 +641,8 @@ def _bwd_kv_kernel(Q, K, V, DO, DK, DV, DQACC, CNT, LSE2, DELTA,
 
 @triton.jit
 def _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, lo, hi, rows_shifted,
-                 qk_scale, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                 MODE: tl.constexpr, PREC: tl.constexpr):
+                 qk_scale, WIN_L, WIN_R, BLOCK_N: tl.constexpr, D: tl.constexpr, MASKED: tl.constexpr,
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr):
     for start_n in tl.range(lo, hi, BLOCK_N):
         k = _load_rows(k_src, k_r0, k_c0, start_n, SK, sks, BLOCK_N, D, MODE)  # [BLOCK_N, D]
         v = _load_rows(v_src, v_r0, v_c0, start_n, SK, svs, BLOCK_N, D, MODE)
@@ -505,10 +650,7 @@ def _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, s
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
             # keys past SK must go: p there is not small, and ds * k = p * 0 may overflow to inf * 0
-            cols = start_n + tl.arange(0, BLOCK_N)
-            keep = cols[None, :] < SK
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows_shifted[:, None])
+            keep = _keep(start_n + tl.arange(0, BLOCK_N), rows_shifted, SK, WIN_L, WIN_R, CAUSAL, WINDOW)
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)  # [BLOCK_M, BLOCK_N]
         ds = p * (dp - delta[:, None])
@@ -519,25 +661,32 @@ def _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, s
 @triton.jit
 def _bwd_q_kernel(Q, K, V, DO, DQ, LSE2, DELTA,
                   sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sdob, sdoh, sdos, sdqb, sdqh, sdqs,
-                  H, G, SQ, SK, sm_scale, qk_scale,
+                  H, G, SQ, SK, sm_scale, qk_scale, CU_Q, CU_K, WIN_L, WIN_R,
                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                  MODE: tl.constexpr, PREC: tl.constexpr):
-    (off_hz, b, h, start_m, rows, rows_shifted, full_end, diag_end,
+                  MODE: tl.constexpr, PREC: tl.constexpr, WINDOW: tl.constexpr, VARLEN: tl.constexpr):
+    (off_hz, b, h, start_m, rows, rows_shifted, win_lo, key_lo, full_end, diag_end, SQ, SK, stat,
      q_src, q_r0, q_c0, k_src, k_r0, k_c0, v_src, v_r0, v_c0) = _query_program(
-        Q, K, V, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, BLOCK_M, BLOCK_N, D, CAUSAL, MODE)
+        Q, K, V, CU_Q, CU_K, sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, H, G, SQ, SK, WIN_L, WIN_R,
+        BLOCK_M, BLOCK_N, D, CAUSAL, WINDOW, VARLEN, MODE)
+    if VARLEN:
+        if start_m >= SQ:  # the grid covers the longest sequence; this one is shorter
+            return
     do_src, do_r0, do_c0 = _head(DO, b, h, sdob, sdoh, SQ, sdos, BLOCK_M, D, MODE)
     dq_src, dq_r0, dq_c0 = _head(DQ, b, h, sdqb, sdqh, SQ, sdqs, BLOCK_M, D, MODE)
 
     q = _load_rows(q_src, q_r0, q_c0, start_m, SQ, sqs, BLOCK_M, D, MODE)
     do = _load_rows(do_src, do_r0, do_c0, start_m, SQ, sdos, BLOCK_M, D, MODE)
-    lse2 = tl.load(LSE2 + off_hz * SQ + rows, mask=rows < SQ, other=float("inf"))
-    delta = tl.load(DELTA + off_hz * SQ + rows, mask=rows < SQ, other=0.0)
+    lse2 = tl.load(LSE2 + stat + rows, mask=rows < SQ, other=float("inf"))
+    delta = tl.load(DELTA + stat + rows, mask=rows < SQ, other=0.0)
     dq = tl.zeros([BLOCK_M, D], tl.float32)
 
-    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, 0, full_end,
-                      rows_shifted, qk_scale, BLOCK_N, D, False, CAUSAL, MODE, PREC)
+    if WINDOW:  # the blocks on the window's left edge
+        dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, win_lo,
+                          key_lo, rows_shifted, qk_scale, WIN_L, WIN_R, BLOCK_N, D, True, CAUSAL, WINDOW, MODE, PREC)
+    dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, key_lo, full_end,
+                      rows_shifted, qk_scale, WIN_L, WIN_R, BLOCK_N, D, False, CAUSAL, WINDOW, MODE, PREC)
     dq = _bwd_q_inner(dq, q, do, lse2, delta, k_src, k_r0, k_c0, v_src, v_r0, v_c0, sks, svs, SK, full_end,
-                      diag_end, rows_shifted, qk_scale, BLOCK_N, D, True, CAUSAL, MODE, PREC)
+                      diag_end, rows_shifted, qk_scale, WIN_L, WIN_R, BLOCK_N, D, True, CAUSAL, WINDOW, MODE, PREC)
     dq *= sm_scale
     _store_rows(dq_src, dq_r0, dq_c0, start_m, SQ, sdqs, dq.to(q.dtype), BLOCK_M, D, MODE)
 
@@ -769,21 +918,71 @@ def _dot_precision(dtype: torch.dtype) -> str:
     return "tf32x3" if dtype == torch.float32 and not _tf32_allowed() else "tf32"
 
 
-def forward(q, k, v, causal: bool, sm_scale: float):
+class Varlen(NamedTuple):
+    """A packed batch (flash_attention_varlen): int32 cumulative lengths [B + 1] of the query and key
+    rows, and the longest sequence of each (the grid's extent). q, k, v go to the kernels as
+    [1, heads, total rows, D] views of the packed [total rows, heads, D] tensors."""
+    cu_q: torch.Tensor
+    cu_k: torch.Tensor
+    max_q: int
+    max_k: int
+
+    @property
+    def batch(self) -> int:
+        return self.cu_q.shape[0] - 1
+
+
+def _strides(t: torch.Tensor, varlen: Varlen | None) -> tuple:
+    """The (batch, head, row) strides a kernel takes. Packed tensors pass their row stride as the
+    batch stride: the kernel multiplies it by the sequence's first row (_query_program)."""
+    s = t.stride()
+    return (s[2], s[1], s[2]) if varlen is not None else s[:3]
+
+
+def _masking_args(window: tuple[int, int] | None, varlen: Varlen | None, dummy: torch.Tensor) -> tuple:
+    """CU_Q, CU_K, WIN_L, WIN_R: the kernels' sequence bounds and window, read only under their
+    VARLEN and WINDOW constexprs (a dense call passes any tensor and zeros)."""
+    cu_q, cu_k = (varlen.cu_q, varlen.cu_k) if varlen is not None else (dummy, dummy)
+    return (cu_q, cu_k, *(window or (0, 0)))
+
+
+def _key_suffix(window, varlen: Varlen | None) -> tuple:
+    """What a windowed or packed call adds to its tuner key, so neither shares a dense call's
+    config (a narrow window favours other tiles; a packed grid is sized by the longest sequence)."""
+    out = ()
+    if window is not None:
+        out += ("window", bucket(window[0] + window[1] + 1))
+    if varlen is not None:
+        out += ("varlen", bucket(varlen.max_q), bucket(varlen.max_k))
+    return out
+
+
+def forward(q, k, v, causal: bool, sm_scale: float, window: tuple[int, int] | None = None,
+            varlen: Varlen | None = None):
     """(o in q's layout, lse [B, H, Sq] float32, natural log) for q [B, H, Sq, D], k and v
-    [B, Hkv, Sk, D] whose last dimension is contiguous."""
+    [B, Hkv, Sk, D] whose last dimension is contiguous.
+
+    window: (left, right) keys beside each row's diagonal, both >= 0 (dispatch.py turns FA2's -1
+    into a bound past every key, and a causal window into right = 0 with causal False); None for
+    none. varlen: q, k, v are [1, heads, total, D] views of packed tensors (Varlen)."""
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
     o = empty_in_layout(q)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
     mode, host = _tile_modes(q, k, v, o)
+    host = host and varlen is None  # host descriptors would let a ragged tile read the next sequence
     if mode:
         triton.set_allocator(_alloc_scratch)
-    args = (q, k, v, o, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-            H, H // HKV, SQ, SK, sm_scale * LOG2E)
-    const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype))
-    grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
+    args = (q, k, v, o, lse, *_strides(q, varlen), *_strides(k, varlen), *_strides(v, varlen), *_strides(o, varlen),
+            H, H // HKV, SQ, SK, sm_scale * LOG2E, *_masking_args(window, varlen, lse))
+    const = dict(D=D, CAUSAL=causal, MODE=mode, PREC=_dot_precision(q.dtype), WINDOW=window is not None,
+                 VARLEN=varlen is not None)
+    if varlen is None:
+        grid_fn = lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H)  # noqa: E731
+    else:
+        grid_fn = lambda m: (triton.cdiv(varlen.max_q, m["BLOCK_M"]), varlen.batch * H)  # noqa: E731
     key = (D, causal, str(q.dtype), const["PREC"], mode, host, H // HKV, bucket(SQ), bucket(SK))
+    key += _key_suffix(window, varlen)
     tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M")])
     _launch("fwd", _fwd_kernel, grid_fn, args, const, key, tiles)
     return o, lse
@@ -810,15 +1009,19 @@ def backward_prep(o, do, lse, dlse):
 class BackwardPasses:
     """This file's backward kernels for one call, writing dq, dk, dv in place (allocated by the
     caller in the layouts of q, k, v): the dK/dV pass (`kv`), the dQ pass (`q`), or both in one
-    kernel (`one_pass`: dQ added in key-block order, or by atomic adds, not deterministic)."""
+    kernel (`one_pass`: dQ added in key-block order, or by atomic adds, not deterministic; dense
+    calls without a window only). window and varlen as in forward."""
 
-    def __init__(self, q, k, v, do, dq, dk, dv, lse2, delta, causal: bool, sm_scale: float):
+    def __init__(self, q, k, v, do, dq, dk, dv, lse2, delta, causal: bool, sm_scale: float,
+                 window: tuple[int, int] | None = None, varlen: Varlen | None = None):
         self.t = (q, k, v, do, dq, dk, dv, lse2, delta)
         self.causal, self.sm_scale = causal, sm_scale
+        self.window, self.varlen = window, varlen
         B, H, SQ, D = q.shape
         HKV, SK = k.shape[1], k.shape[2]
         self.dims = (B, H, HKV, SQ, SK, D)
-        self.strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
+        self.strides = tuple(s for t in (q, k, v, do) for s in _strides(t, varlen))
+        self.extra = _masking_args(window, varlen, lse2)
         self._setup = None
 
     def setup(self):
@@ -828,16 +1031,27 @@ class BackwardPasses:
             q, k, v, do, dq, dk, dv, _, _ = self.t
             B, H, HKV, SQ, SK, D = self.dims
             mode, host = _tile_modes(q, k, v, do, dq, dk, dv)
+            host = host and self.varlen is None  # as in forward
             if mode:
                 triton.set_allocator(_alloc_scratch)
-            const = dict(D=D, CAUSAL=self.causal, MODE=mode, PREC=_dot_precision(q.dtype))
+            const = dict(D=D, CAUSAL=self.causal, MODE=mode, PREC=_dot_precision(q.dtype),
+                         WINDOW=self.window is not None, VARLEN=self.varlen is not None)
             key = (D, self.causal, str(q.dtype), const["PREC"], mode, host, H // HKV, bucket(SQ), bucket(SK))
+            key += _key_suffix(self.window, self.varlen)
             self._setup = const, key, host
         return self._setup
 
     def _kv_grid(self, m):
         B, H, HKV, SQ, SK, D = self.dims
+        if self.varlen is not None:
+            return triton.cdiv(self.varlen.max_k, m["BLOCK_N"]), self.varlen.batch * HKV
         return triton.cdiv(SK, m["BLOCK_N"]), B * HKV  # key block fastest: see _bwd_kv_kernel
+
+    def _q_grid(self, m):
+        B, H, HKV, SQ, SK, D = self.dims
+        if self.varlen is not None:
+            return triton.cdiv(self.varlen.max_q, m["BLOCK_M"]), self.varlen.batch * H
+        return triton.cdiv(SQ, m["BLOCK_M"]), B * H
 
     def _kv_tiles(self, host):
         B, H, HKV, SQ, SK, D = self.dims
@@ -847,27 +1061,29 @@ class BackwardPasses:
         q, k, v, do, dq, dk, dv, lse2, delta = self.t
         B, H, HKV, SQ, SK, D = self.dims
         const, key, host = self.setup()
-        args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *self.strides, *dk.stride()[:3], *dv.stride()[:3],
-                H, HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E)
+        args = (q, k, v, do, dk, dv, lse2, delta, lse2, delta, *self.strides, *_strides(dk, self.varlen),
+                *_strides(dv, self.varlen), H, HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E, *self.extra)
         _launch("bwd_kv", _bwd_kv_kernel, self._kv_grid, args, {**const, "DQ_MODE": 0}, key, self._kv_tiles(host))
 
     def q(self) -> None:
         q, k, v, do, dq, dk, dv, lse2, delta = self.t
         B, H, HKV, SQ, SK, D = self.dims
         const, key, host = self.setup()
-        args = (q, k, v, do, dq, lse2, delta, *self.strides, *dq.stride()[:3],
-                H, H // HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E)
+        args = (q, k, v, do, dq, lse2, delta, *self.strides, *_strides(dq, self.varlen),
+                H, H // HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E, *self.extra)
         tiles = (host, SQ, SK, [(0, "M"), (1, "N"), (2, "N"), (3, "M"), (4, "M")])
-        _launch("bwd_q", _bwd_q_kernel, lambda m: (triton.cdiv(SQ, m["BLOCK_M"]), B * H), args, const, key, tiles)
+        _launch("bwd_q", _bwd_q_kernel, self._q_grid, args, const, key, tiles)
 
     def one_pass(self, atomic: bool) -> None:
+        if self.window is not None or self.varlen is not None:
+            raise ValueError("the one-pass backward takes dense calls without a window; use the split passes")
         q, k, v, do, dq, dk, dv, lse2, delta = self.t
         B, H, HKV, SQ, SK, D = self.dims
         # ordered: key block 0 overwrites each tile, so no zero fill; atomic adds need zeros
         dq_acc = (torch.zeros if atomic else torch.empty)((B * H, SQ, D), dtype=torch.float32, device=q.device)
         counters = torch.zeros(B * H * triton.cdiv(SQ, 16), dtype=torch.int32, device=q.device)  # BLOCK_M >= 16
         args = (q, k, v, do, dk, dv, dq_acc, counters, lse2, delta, *self.strides, *dk.stride()[:3],
-                *dv.stride()[:3], H, HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E)
+                *dv.stride()[:3], H, HKV, SQ, SK, self.sm_scale, self.sm_scale * LOG2E, *self.extra)
         const, key, host = self.setup()
         _launch("bwd_atomic" if atomic else "bwd_onepass", _bwd_kv_kernel, self._kv_grid, args,
                 {**const, "DQ_MODE": 2 if atomic else 1}, key, self._kv_tiles(host))

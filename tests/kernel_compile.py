@@ -1,6 +1,6 @@
 """Compile the Triton FlashAttention kernels for sm_90 on a machine without a GPU and print fingerprints.
 
-    python tests/kernel_compile.py kernels/triton_fa2.py [fwd,bwd_q,bwd_kv | fused] > new.txt
+    python tests/kernel_compile.py kernels/triton_fa2.py [fwd,bwd_q,bwd_kv | fused][,window][,varlen] > new.txt
     git show main:kernels/triton_fa2.py > /tmp/old.py && python tests/kernel_compile.py /tmp/old.py > old.txt
 
 Per kernel variant (head dim, causal, tile MODE, forward PREFETCH/POLY, one-pass DQ_MODE): a
@@ -41,7 +41,7 @@ def signature(fn, consts: dict, descriptors: dict, block_m: int, block_n: int, d
             sig[name] = f"tensordesc<bf16[{block_m if descriptors[name] == 'M' else block_n}, {d}]>"
         elif name in FLOAT32_ARGS:
             sig[name] = "*fp32"
-        elif name == "CNT":
+        elif name in ("CNT", "CU_Q", "CU_K"):
             sig[name] = "*i32"
         elif name in TENSOR_ARGS:
             sig[name] = "*bf16"
@@ -80,8 +80,13 @@ def fingerprint(kernel) -> str:
 
 
 def cases(mod, only):
-    for d, causal, mode in itertools.product((64, 128), (False, True), (0, 1, 2)):
+    masking = ["plain"] + [m for m in ("window", "varlen") if only and m in only]
+    for d, causal, mode, mask in itertools.product((64, 128), (False, True), (0, 1, 2), masking):
         base = dict(D=d, CAUSAL=causal, MODE=mode, PREC="tf32")
+        if "WINDOW" in mod._fwd_kernel.arg_names:  # the window and varlen constexprs: off but where asked
+            if (mask == "window" and causal) or (mask == "varlen" and mode == 2):
+                continue  # a window folds causal into its right edge; packed tiles are never host descriptors
+            base.update(WINDOW=mask == "window", VARLEN=mask == "varlen")
         if not only or "fwd" in only:
             for prefetch, poly in ((False, 0), (True, 0), (False, 4)):
                 yield ("fwd", mod._fwd_kernel, dict(base, BLOCK_M=64, BLOCK_N=128 if d == 64 else 64,
@@ -149,7 +154,8 @@ def main(argv: list[str]) -> int:
     for name, fn, consts, roles, (warps, stages) in cases(mod, only):
         descriptors = roles if consts["MODE"] == 2 else {}
         key = f"{name} D={consts['D']} causal={consts['CAUSAL']} MODE={consts['MODE']} " + " ".join(
-            f"{k}={v}" for k, v in consts.items() if k in ("PREFETCH", "POLY", "DQ_MODE"))
+            f"{k}={v}" for k, v in consts.items() if k in ("PREFETCH", "POLY", "DQ_MODE") or (k in (
+                "WINDOW", "VARLEN") and v))
         try:
             sig = signature(fn, consts, descriptors, consts["BLOCK_M"], consts["BLOCK_N"], consts["D"])
             kernel = triton.compile(ASTSource(fn, sig, constexprs=consts), target=target,

@@ -345,11 +345,13 @@ def step_fp8_bench(ctx: Context) -> StepResult:
 
 # The steps in their default order (name, function, on by default). A new step goes here.
 def step_model_features(ctx: Context) -> StepResult:
-    """flash_decode's scale and lse, and the padded head dims (96, 192, 192/128), beside SDPA."""
+    """flash_decode's scale and lse, the padded head dims (96, 192, 192/128), sliding windows and a
+    packed (varlen) batch, beside SDPA (and FlexAttention for the windows)."""
     from drill.kernels.benchmarks import models
 
-    parts = [fn(log=ctx.log)[1] for fn in (models.bench_decode, models.bench_head_dims)]
-    return StepResult("pass", "2 tables", "\n\n".join(parts), {})
+    parts = [fn(log=ctx.log)[1] for fn in (models.bench_decode, models.bench_head_dims, models.bench_window,
+                                           models.bench_varlen)]
+    return StepResult("pass", f"{len(parts)} tables", "\n\n".join(parts), {})
 
 
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
