@@ -11,6 +11,7 @@ back at most eight:
     pytest.log    the full output of `pytest -m gpu tests`
     flex_warm.log FlexAttention compiled ahead in a background process (flash_bench)
     features.json the flash_features step's rows (GQA, layouts, fp32, pinned variants)
+    peers.json    the peers step's counts and every case's outcome
     (steps may add one file of their own, e.g. sweep.json)
 
 Usage:
@@ -22,6 +23,9 @@ Usage:
 
 To add a step: write `def step_name(ctx) -> StepResult`, then add ("name", step_name,
 default_on) to STEPS. Keep heavy imports (torch, triton) inside the step.
+
+The peers step runs other projects' attention tests on our kernels from the git-ignored .peers/
+(kernels/NOTES.md, "Peers' test suites"); it skips when that folder is absent.
 
 Packages a device's image may lack (platformdirs, snowballstemmer and fsrs, which some tests
 import) travel as wheels in ./.whl (git-ignored; `pip download --no-deps --only-binary=:all:
@@ -343,6 +347,44 @@ def step_fp8_bench(ctx: Context) -> StepResult:
                       md + "\n\n" + accuracy_md, {"rows": rows, "accuracy": accuracy})
 
 
+def step_peers(ctx: Context) -> StepResult:
+    """Other projects' attention test suites run against our kernels (.peers/run.py): per suite the
+    cases their grid generates, those skipped for a feature we lack (with the reason), the sampled
+    cases run, passed and failed. .peers/ is git-ignored and filled by hand (kernels/NOTES.md, Peers'
+    test suites); without it the step skips."""
+    runner = ROOT / ".peers" / "run.py"
+    if not runner.exists():
+        return StepResult("skip", ".peers/ absent (kernels/NOTES.md says how to populate it)", "")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="peers-out-") as tmp:
+        cmd = [sys.executable, str(runner), "--out", tmp]
+        ctx.log("peers: " + " ".join(cmd))
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=ctx.args.peers_timeout,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except subprocess.TimeoutExpired:
+            return StepResult("fail", f"runner killed after {ctx.args.peers_timeout:.0f} s", "")
+        for line in proc.stdout.splitlines():
+            if line.startswith("   ") or "FAIL" in line:
+                ctx.log(line)
+        md_path, json_path = Path(tmp) / "peers.md", Path(tmp) / "peers.json"
+        if not md_path.exists():
+            tail = (proc.stdout + proc.stderr)[-3000:]
+            return StepResult("fail", f"runner exit {proc.returncode}, no report", f"```\n{tail}\n```")
+        md = md_path.read_text()
+        data = json.loads(json_path.read_text())
+    # one file back (the device returns few): the counts and every case's outcome
+    (ctx.out / "peers.json").write_text(json.dumps(data, indent=1, default=str))
+    suites = data.get("suites", [])
+    failed = sum(s["summary"]["failed"] + s["summary"]["errors"] for s in suites)
+    broken = [s["suite"] for s in suites if s.get("broken")]
+    summary = "; ".join(f"{s['suite']} {s['summary']['passed']}/{s['summary']['run']}" for s in suites)
+    summary += f"; {failed} failed" + (f"; not collected: {', '.join(broken)}" if broken else "")
+    counts = {s["suite"]: s["summary"] for s in suites}
+    return StepResult("fail" if failed or broken else "pass", summary, md, {"counts": counts})
+
+
 # The steps in their default order (name, function, on by default). A new step goes here.
 def step_model_features(ctx: Context) -> StepResult:
     """flash_decode's scale and lse, the padded head dims (96, 192, 192/128), sliding windows and a
@@ -368,6 +410,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("triton_decode", step_triton_decode, True),
     ("triton_backward", step_triton_backward, True),
     ("ring_bench", step_ring_bench, True),
+    ("peers", step_peers, True),
 ]
 
 
@@ -412,6 +455,7 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--flex-warm-timeout", type=float, default=420, help="seconds to wait for Flex compiles")
     ap.add_argument("--compile-workers", type=int, default=12, help="processes that compile kernels ahead")
     ap.add_argument("--sweep-kinds", default="fwd,bwd_kv,bwd_q", help="kernels the sweep step times")
+    ap.add_argument("--peers-timeout", type=float, default=540, help="seconds the peers step may take")
     ap.add_argument("--sweep-seqs", default="16384", help="sequence lengths the sweep step times")
     args = ap.parse_args(argv)
 
