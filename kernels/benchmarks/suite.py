@@ -391,8 +391,8 @@ def step_model_features(ctx: Context) -> StepResult:
     packed (varlen) batch, beside SDPA (and FlexAttention for the windows)."""
     from drill.kernels.benchmarks import models
 
-    parts = [fn(log=ctx.log)[1] for fn in (models.bench_decode, models.bench_head_dims, models.bench_window,
-                                           models.bench_varlen)]
+    parts = [models.bench_decode(log=ctx.log)[1], models.bench_head_dims(log=ctx.log)[1],
+             models.bench_window(log=ctx.log, flex=not ctx.args.no_flex)[1], models.bench_varlen(log=ctx.log)[1]]
     return StepResult("pass", f"{len(parts)} tables", "\n\n".join(parts), {})
 
 
