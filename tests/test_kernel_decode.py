@@ -332,3 +332,21 @@ def test_gpu_captured_call_takes_the_pick_by_gpu_time():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(captured.float(), eager.float(), atol=2e-2, rtol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_kept_scratch_is_per_stream():
+    """Small decodes reuse their partials' scratch per stream: back-to-back calls on two streams, with
+    no synchronisation between them, each give their own sequence's answer."""
+    cases = [contiguous_cache(1, 32, 8, 8192, 128, [n], dtype=torch.bfloat16) for n in (8192, 3000)]
+    want = [flash_decode(q, k, v, sl).clone() for q, k, v, sl in cases]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    got = [[], []]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for i, (stream, (q, k, v, sl)) in enumerate(zip(streams, cases)):
+            with torch.cuda.stream(stream):
+                got[i].append(flash_decode(q, k, v, sl))
+    torch.cuda.synchronize()
+    for i in range(2):
+        assert all(torch.equal(o, want[i]) for o in got[i])
