@@ -77,7 +77,9 @@ def bench_fp8(ds=(64, 128, 256), seqs=(4096, 16384), tokens: int = 16384, causal
                     x = fp8.prepare(q, k, v, cfg=cfg)
                     o = dispatch.fp8_forward(x, causal, scale)[0]
                     first = o if first is None else first  # the Triton kernel's, the first to run
-                    apart[name] = rel(o, first.float())  # a config computing something else shows here
+                    # Kernels with other blocks round to e4m3 differently (3-6e-2 apart, FP8's own error
+                    # against fp32); one computing something else lands near 1.
+                    apart[name] = rel(o, first.float())
                     tf[name] = fl_ / _median_ms(lambda: dispatch.fp8_forward(x, causal, scale)) * 1e-9
                 except Exception as exc:  # a config that does not compile or fit
                     errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
@@ -110,7 +112,7 @@ def bench_fp8(ds=(64, 128, 256), seqs=(4096, 16384), tokens: int = 16384, causal
                      f"{err['incoherent']:.2e} | {err['cudnn']:.2e} |")
         log(lines[-1])
         every.append(f"- D = {d}, {s // 1024}k, {'causal' if causal else 'no mask'}: " + ", ".join(
-            f"{n} {tf[n]:.0f}" + (f" (differs from triton by {apart[n]:.1e})" if apart.get(n, 0) > 1e-2 else "")
+            f"{n} {tf[n]:.0f}" + (f" (differs from triton by {apart[n]:.1e})" if apart.get(n, 0) > 0.2 else "")
             if n in tf else f"{n} failed ({errors[n]})" for n in kernels))
         log(every[-1])
         del q, k, v
