@@ -268,8 +268,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     q [B, H, Sq, D]; k, v [B, Hkv, Sk, D] with Hkv dividing H (GQA; query head h uses key/value
     head h // (H / Hkv)); any strides, e.g. [B, S, H, D] tensors passed as .transpose(1, 2).
     D any size from 1 to 256 (powers of two from 16 run as they are, others zero-padded); v's head
-    dim Dv may differ from D, e.g. DeepSeek-V3's D = 192, Dv = 128. fp16, bf16 or fp32 (fp32 in full precision unless
-    PyTorch allows TF32 matmuls). Returns o [B, H, Sq, Dv] in q's layout (a view of a padded
+    dim Dv may differ from D, e.g. DeepSeek-V3's D = 192, Dv = 128. fp16, bf16 or fp32 (fp32 in
+    full precision unless PyTorch allows TF32 matmuls). Returns o [B, H, Sq, Dv] in q's layout (a view of a padded
     tensor where D or Dv is not a power of two or they differ), or (o, lse) with lse [B, H, Sq]
     float32 natural-log logsumexp of the scaled scores (-inf for rows that see no key).
     Differentiable in q, k, v (dk and dv summed over each group), and through lse too (its
@@ -373,7 +373,7 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     max_seqlen_q, max_seqlen_k: at least the longest sequence (they size the grid). causal and
     window_size as flash_attention's, per sequence, bottom-right aligned per sequence; a sequence
     may be empty, and rows of one without keys give o = 0, lse = -inf. Head dims, dtypes and
-    the zero padding of D = 96, 192 or D != Dv as flash_attention's.
+    the zero padding of other head dims as flash_attention's.
 
     Returns o [total_q, H, Dv], or (o, lse) with lse [H, total_q] float32 natural log (FA2's
     layout). Differentiable in q, k, v (and through lse). Runs triton_fa2's kernels and split
