@@ -385,7 +385,6 @@ def step_peers(ctx: Context) -> StepResult:
     return StepResult("fail" if failed or broken else "pass", summary, md, {"counts": counts})
 
 
-# The steps in their default order (name, function, on by default). A new step goes here.
 def step_model_features(ctx: Context) -> StepResult:
     """flash_decode's scale and lse, the padded head dims (96, 192, 192/128), sliding windows and a
     packed (varlen) batch, beside SDPA (and FlexAttention for the windows)."""
@@ -396,6 +395,7 @@ def step_model_features(ctx: Context) -> StepResult:
     return StepResult("pass", f"{len(parts)} tables", "\n\n".join(parts), {})
 
 
+# The steps in their default order (name, function, on by default). A new step goes here.
 STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("env", step_env, True),
     ("sandbox_cuda", step_sandbox_cuda, True),
