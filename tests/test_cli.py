@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -151,11 +152,31 @@ def test_ctrl_c_during_a_check_exits_130(tmp_path):
 
     path = tmp_path / "01_online_softmax.py"
     path.write_text("# drill: flashattention/online-softmax\nimport time\ntime.sleep(30)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "drill", "check", str(path)], stderr=subprocess.PIPE, text=True)
+    scratch = tmp_path / "tmp"  # the grading's folder goes here, so its processes can be found
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "drill", "check", str(path)], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(scratch)})
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    # The worker runs in a session of its own, out of the signal's reach: drill must end it (and the
+    # subject under it) itself, not leave it to run until its deadline.
+    assert not _processes_working_in(scratch)
+
+
+def _processes_working_in(folder: Path) -> list[int]:
+    """Pids whose working directory lies in `folder` (the trusted worker's is the grading's folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:  # gone, or not ours to read
+                continue
+            if cwd.startswith(str(folder)):
+                found.append(int(entry.name))
+    return found
 
 
 def test_check_by_number_grades_the_folder_you_stand_in(tmp_path, monkeypatch):

@@ -135,9 +135,11 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             except OSError:  # the server has ended: a worker of its own, as without one
                 proc = None
             proc = proc or start_trusted("drill.grader.worker", job, cwd=Path(tmp), stderr=stderr)
-            events, timed_out = read_events(proc, timeout + KILL_GRACE_S)
-            stop_trusted(proc)
-            sandbox.MemoryGroup.sweep(proc.pid)  # a worker that died cannot have ended its subjects
+            try:
+                events, timed_out = read_events(proc, timeout + KILL_GRACE_S)
+            finally:  # also on Ctrl-C: the worker has a session of its own, so the signal never reached it
+                stop_trusted(proc)
+                sandbox.MemoryGroup.sweep(proc.pid)  # a worker that died cannot have ended its subjects
             stderr.seek(0)
             worker_error = stderr.read()[-SHOWN_OUTPUT:].decode("utf-8", "replace")
         result = _verdict(exercise, user_file, events, nonce, proc.returncode, timed_out, timeout, worker_error,
