@@ -16,6 +16,15 @@ import pyte
 COLUMNS, ROWS = 120, 50
 
 
+def as_from_a_terminal() -> None:
+    """A subprocess's preexec_fn: the child gets Ctrl-C as a shell would start it, whatever signal
+    state this test process was left with (a blocked or ignored SIGINT passes on to children)."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
     def __init__(self, *args: str, cwd: str | None = None, columns: int = COLUMNS, rows: int = ROWS):
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from terminal import as_from_a_terminal  # noqa: E402  (tests/ is on sys.path)
+
 from drill.cli import cli
 from drill.store import Store
 
@@ -155,7 +157,7 @@ def test_ctrl_c_during_a_check_exits_130(tmp_path):
     scratch = tmp_path / "tmp"  # the grading's folder goes here, so its processes can be found
     scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "drill", "check", str(path)], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(scratch)})
+                            env={**os.environ, "TMPDIR": str(scratch)}, preexec_fn=as_from_a_terminal)
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from drill import paths
 from drill.cli import cli
 from drill.store import Store
+from terminal import as_from_a_terminal  # noqa: E402  (tests/ is on sys.path)
 
 FIRST, SECOND = "01_online_softmax.py", "02_tiling_shapes.py"
 
@@ -134,7 +135,7 @@ class Session:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "100"}
         self.proc = subprocess.Popen([sys.executable, "-m", "drill", "watch", str(path)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env)
+                                     stderr=subprocess.PIPE, env=env, preexec_fn=as_from_a_terminal)
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
