@@ -23,6 +23,8 @@ pytest.importorskip("triton")
 
 from drill.kernels import flash_attention, flash_attention_varlen  # noqa: E402
 
+from test_kernel_flash import _grads as grads  # noqa: E402  (tests/ is on sys.path)
+
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
 NAMES = ["o", "lse", "dq", "dk", "dv"]
 
@@ -54,17 +56,6 @@ def masked_reference(q, k, v, keep, scale, dtype=torch.float64):
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
     return p @ v, lse
-
-
-def grads(fn, q, k, v, do, dlse=None):
-    """(o, lse, dq, dk, dv) of fn, with a loss that weights o by do and the finite lse by dlse."""
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    o, lse = fn(q, k, v)
-    loss = (o.double() * do.double()).sum()
-    if dlse is not None:
-        loss = loss + (torch.where(torch.isfinite(lse), lse, 0).double() * dlse.double()).sum()
-    loss.backward()
-    return o.detach(), lse.detach(), q.grad, k.grad, v.grad
 
 
 def compare(got, want, tol_fwd=2e-5, tol_bwd=1e-4):
