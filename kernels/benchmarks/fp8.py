@@ -123,10 +123,8 @@ def bench_fp8(ds=(64, 128, 256), seqs=(4096, 16384), tokens: int = 16384, causal
 
 # FlashAttention-3's Table 3 (Shah et al. 2024, §4.3, H100): RMSE of the attention output against an
 # FP64 reference, inputs N(0, 1) with 0.1 % of entries N(0, 100) (outliers, as LLM activations have).
-FA3_TABLE3 = {"baseline FP16": 3.2e-4, "FlashAttention-2 FP16": 1.9e-4, "FlashAttention-3 FP16": 1.9e-4,
-              "baseline FP8": 2.4e-2, "FlashAttention-3 FP8": 9.1e-3,
-              "FlashAttention-3 FP8, no block quantisation": 9.3e-3,
-              "FlashAttention-3 FP8, no incoherent processing": 2.4e-2}
+# Only the two rows checked against a second source (the 2.6x of its abstract is their ratio).
+FA3_TABLE3 = {"baseline FP8": 2.4e-2, "FlashAttention-3 FP8": 9.1e-3}
 
 
 def outlier_inputs(shape, generator, device) -> tuple:
