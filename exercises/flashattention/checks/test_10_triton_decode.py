@@ -47,13 +47,23 @@ def mode():
 # --------------------------------------------------------------------------- inputs and reference
 
 
-def make_cache(B, Hq, Hkv, lens, D, *, seed, dtype=DTYPE, q_scale=1.0, poison=float("nan"), S_max=None):
-    """q [B, Hq, D], k, v [B, Hkv, S_max, D] with `poison` in every row past seq_len, seq_lens int32."""
+def make_cache(B, Hq, Hkv, lens, D, *, seed, dtype=DTYPE, q_scale=1.0, poison=float("nan"), S_max=None,
+               rise=0.0):
+    """q [B, Hq, D], k, v [B, Hkv, S_max, D] with `poison` in every row past seq_len, seq_lens int32.
+
+    `rise` (Hq = Hkv only): each key's score is `rise` above the one before it, plus the random
+    part, so the running max grows block after block and a missing rescale shows.
+    """
     g = torch.Generator().manual_seed(fixtures.seed(seed))  # stream `seed` of the run's secret seed
     S_max = S_max or max(lens)
     q = torch.randn(B, Hq, D, generator=g) * q_scale
     k = torch.randn(B, Hkv, S_max, D, generator=g)
     v = torch.randn(B, Hkv, S_max, D, generator=g)
+    if rise:
+        assert Hq == Hkv
+        # Adding c·q to a key adds c·|q|²/√D to its score.
+        ramp = rise * torch.arange(S_max, dtype=torch.float32) * math.sqrt(D)
+        k += (ramp[None, None, :, None] / (q * q).sum(-1)[:, :, None, None]) * q[:, :, None, :]
     for b, n in enumerate(lens):
         k[b, :, n:] = poison
         v[b, :, n:] = poison
@@ -218,6 +228,10 @@ def test_split_counts(sub, mode, num_splits):
     """Any num_splits gives full attention, more splits than keys included"""
     lens = pick([33, 9], [2000, 9])
     q, k, v, sl = make_cache(2, 4, 4, lens, pick(16, 64), seed=4)
+    check(sub, q, k, v, sl, num_splits=num_splits)
+    # Scores rising along the sequence (16 over the longest): whatever the block size, the
+    # running max grows inside a split, and acc or l left unrescaled is wrong by e^(growth).
+    q, k, v, sl = make_cache(2, 4, 4, lens, pick(16, 64), seed=8, rise=16 / max(lens))
     check(sub, q, k, v, sl, num_splits=num_splits)
 
 
