@@ -39,7 +39,8 @@ def build_pool(rng, seq_lens, page_size, Hkv, d, *, spare=3, shuffle=True, share
                poison=np.nan) -> Pool:
     """A pool holding each sequence's keys in its own pages (in random physical order).
 
-    Slots past seq_len and `spare` unreferenced pages are filled with `poison`. With
+    Slots past seq_len and `spare` unreferenced pages are filled with `poison` ("draws": normal
+    draws like the live keys, which no test of the values can tell from them). With
     shared_prefix_pages = P, every sequence's first P logical pages are the same physical
     pages, holding the same keys (all sequences must then be longer than P pages).
     """
@@ -49,8 +50,11 @@ def build_pool(rng, seq_lens, page_size, Hkv, d, *, spare=3, shuffle=True, share
     assert min(own) >= 0
     num_pages = shared_prefix_pages + sum(own) + spare
     physical = rng.permutation(num_pages) if shuffle else np.arange(num_pages)
-    k_pages = np.full((num_pages, page_size, Hkv, d), poison)
-    v_pages = np.full((num_pages, page_size, Hkv, d), poison)
+    if poison == "draws":  # every slot starts as one; the live ones are drawn over below
+        k_pages, v_pages = (rng.normal(size=(num_pages, page_size, Hkv, d)) for _ in "kv")
+    else:
+        k_pages = np.full((num_pages, page_size, Hkv, d), poison)
+        v_pages = np.full((num_pages, page_size, Hkv, d), poison)
     table = np.full((len(seq_lens), max(counts) + 1), -1, dtype=np.int64)  # one -1 column at least
     prefix = physical[:shared_prefix_pages]
     next_page = shared_prefix_pages

@@ -186,14 +186,16 @@ def test_large_scores(sub, rng):
 
 # Finite sentinels, where NaN could be hidden by np.nan_to_num: keys this large dominate every
 # softmax they reach (scores near ±1e6), and values this large move o by ~1e6 for any weight
-# above 1e-12. Read and masked correctly they weigh exactly 0 and change nothing.
+# above 1e-12. Read and masked correctly they weigh exactly 0 and change nothing. Garbage drawn
+# like the live keys cannot be told from them by its values: only seq_lens and the table can.
 SENTINEL = 1e6
 
 
-def test_unused_slots_hold_finite_sentinels(sub, rng):
-    """Slots past seq_len and unreferenced pages hold huge finite values that never reach the result"""
-    for lens, ps, hkv, spare in [([5, 21, 30, 9], 8, 2, 4), ([1, 17, 40], 16, 1, 6)]:
-        pool = build_pool(rng, lens, ps, hkv, 8, spare=spare, poison=SENTINEL)
+def test_unused_slots_hold_finite_garbage(sub, rng):
+    """Slots past seq_len and unreferenced pages hold finite garbage (huge, or drawn like the live keys) that never reaches the result"""
+    for lens, ps, hkv, spare, poison in [([5, 21, 30, 9], 8, 2, 4, SENTINEL), ([1, 17, 40], 16, 1, 6, SENTINEL),
+                                         ([7, 26, 12], 8, 2, 5, "draws")]:
+        pool = build_pool(rng, lens, ps, hkv, 8, spare=spare, poison=poison)
         # the pool's last page (what a -1 table entry reads) is a spare one, full of sentinels
         last = pool.k_pages.shape[0] - 1
         if (pool.block_table == last).any():

@@ -238,9 +238,9 @@ def test_memory(sub, rng):
     note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit {MEMORY_LIMIT_BYTES / 2**20:.0f} MiB; an "
          f"[H, S] score array alone is {scores_mib:.0f} MiB)")
     o = array(result, call, shape=(H, sh["d_v"]), what="o")
-    heads = slice(0, 8)  # spot-check a few heads against the naive form
+    heads = np.sort(rng.choice(H, 16, replace=False))  # drawn after the call, checked against the naive form
     small = Mla(x.q_nope[heads], x.q_rope[heads], x.c_kv, x.k_rope, x.W_uk[heads], x.W_uv[heads], x.seq_len)
-    close(o[heads], naive(small), call, atol=ATOL, rtol=RTOL, what="o (heads 0..7)",
+    close(o[heads], naive(small), call, atol=ATOL, rtol=RTOL, what="o (16 heads drawn at random)",
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
 
 
