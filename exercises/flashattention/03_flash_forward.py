@@ -35,6 +35,10 @@ Example:
     >>> O, L = flash_attention_forward(Q, K, V, Br=1, Bc=1, scale=1.0)
     >>> O   # softmax([1, 0]) = [0.7311, 0.2689];  L = log(e + 1) ≈ 1.3133
 
+Some checks watch which rows of Q, K and V your code reads, block by block. Slice the
+arrays you are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K)
+hides the reads, and those checks then fail.
+
 Check your work:  drill check 03_flash_forward.py
 """
 

@@ -24,6 +24,10 @@ aligned bottom-right (query i sees key j <= i + (sk - sq)), and rows that see no
 key at all (L = -inf): they contribute nothing and get dQ = 0, with no NaN and no
 numpy warning.
 
+Some checks watch which rows of Q, K, V, O and dO your code reads, block by block. Slice the
+arrays you are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K)
+hides the reads, and those checks then fail.
+
 Check your work:  drill check 05_flash_backward.py
 """
 

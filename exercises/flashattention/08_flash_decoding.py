@@ -30,6 +30,10 @@ Causal is aligned bottom-right as in exercise 03: query i sees keys j <= i + (sk
 Example: sk = 10, num_splits = 4 gives chunks [0:3], [3:6], [6:9], [9:10];
          sk = 3,  num_splits = 5 gives [0:1], [1:2], [2:3] and two empty chunks.
 
+Some checks watch which rows of K and V your code reads, block by block. Slice the
+arrays you are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K)
+hides the reads, and those checks then fail.
+
 Check your work:  drill check 08_flash_decoding.py
 """
 

@@ -35,6 +35,10 @@ Example: documents of lengths 5 and 3 (q_doc = kv_doc = [0,0,0,0,0,1,1,1]), caus
              [1, 1]]     tile (0,1): document 0 never sees keys 4-7:     empty
                          tiles (1,0) and (1,1): rows 4-7 straddle the boundary: partial
 
+Some checks watch which rows of Q, K and V your code reads, block by block. Slice the
+arrays you are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K)
+hides the reads, and those checks then fail.
+
 Check your work:  drill check 14_block_mask.py
 """
 

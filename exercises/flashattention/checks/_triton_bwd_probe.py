@@ -14,44 +14,14 @@ side imports `seeded_inputs` from this file, so both sides draw alike.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import torch
 
 try:  # in the subject: copied beside this file
-    from _triton_probe import _ALLOCATORS, POISON, Launches, PoisonAllocations, _as_array, guarded
+    from _triton_probe import Launches, PoisonAllocations, _as_array, guarded
 except ImportError:  # on the trusted side, which imports seeded_inputs from here
-    from ._triton_probe import _ALLOCATORS, POISON, Launches, PoisonAllocations, _as_array, guarded
-
-# Torch operations that compute attention or its gradients: none belongs in the user's file,
-# whose work is the kernels (the launcher only allocates, reshapes and launches).
-_COMPUTE = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "baddbmm", "einsum", "softmax", "log_softmax",
-            "exp", "exp_", "logsumexp", "scaled_dot_product_attention", "backward", "grad", "tensordot",
-            "_softmax_backward_data", "addmm", "addbmm",
-            "numpy", "__array__", "tolist"}  # or the gradients computed on the host, in NumPy
-
-
-class Watch(PoisonAllocations):
-    """07's poisoned allocations, and a record of the attention-computing torch operations called
-    directly from the user's file. One mode does both: a second mode would see the first one's
-    frame as the caller, not the user's file."""
-
-    def __init__(self, user_file: str):
-        super().__init__(user_file)
-        self.computed: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        mine = sys._getframe(1).f_code.co_filename == self.user_file
-        name = getattr(func, "__name__", "")
-        if mine and name in _COMPUTE and len(self.computed) < 20:
-            self.computed.append(name)
-        result = func(*args, **(kwargs or {}))
-        if (mine and name in _ALLOCATORS and type(result) is torch.Tensor and result.is_floating_point()
-                and not result.requires_grad):
-            result = guarded(result.fill_(POISON), result.shape, result.stride(), POISON)
-            self.made.append(result)
-        return result
+    from ._triton_probe import Launches, PoisonAllocations, _as_array, guarded
 
 
 def call(fn, args, kwargs, spec: dict, user_file: str):
@@ -64,7 +34,7 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
         values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=t_dtype)
         fill = math.nan if layout.get("guard", "nan") == "nan" else float(layout["guard"])
         tensors.append(guarded(values, values.shape, layout["stride"], fill))
-    poison = Watch(user_file)
+    poison = PoisonAllocations(user_file)
     with Launches(user_file) as launches, poison:
         out = fn(*tensors, *args[len(tensors):], **kwargs)
     observed = {"type": type(out).__name__, "overran": poison.overran(), "launches": launches.seen,

@@ -395,6 +395,17 @@ def _launches(observed: dict) -> Launches:
     return found
 
 
+def check_no_torch_compute(observed: dict, call: str, what: str) -> None:
+    """Fail if the user's file computed with torch operations (matmul, softmax, exp, a copy to NumPy, ...)
+    beside its kernels: a decoy launch must not pass for the work. Missing from the record fails too."""
+    computed = observed.get("torch_compute")
+    if not isinstance(computed, list) or computed:
+        fail("your file computes with torch operations beside its kernels", called=call,
+             got=f"torch calls from your file: {', '.join(map(str, computed or ['(not recorded)']))}",
+             expected="only allocations, views and launches in the launcher",
+             hint=f"{what} must come from your kernels: move the work into them")
+
+
 def call_user(sub, q, k, v, causal=False, sm_scale=None, *, guard: float = math.nan, return_inputs: bool = False):
     """Run the user's flash_attention in the subject on q, k, v as laid out here; returns (Returned, launches).
 

@@ -29,6 +29,12 @@ POISON = -32768.0
 # lands in the guard, not in someone else's memory (on the CPU that aborts the process).
 GUARD = 1 << 17
 _ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+# Torch operations that compute attention, its pieces or its gradients: none belongs in the user's
+# file, whose work is the kernels (the launcher only allocates, reshapes and launches).
+_COMPUTE = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "baddbmm", "einsum", "softmax", "log_softmax",
+            "exp", "exp_", "exp2", "logsumexp", "scaled_dot_product_attention", "backward", "grad", "tensordot",
+            "_softmax_backward_data", "addmm", "addbmm",
+            "numpy", "__array__", "tolist"}  # or the answer computed on the host, in NumPy
 
 
 def guarded(t: torch.Tensor, shape, stride, fill: float) -> torch.Tensor:
@@ -47,23 +53,29 @@ def guard_of(t: torch.Tensor) -> torch.Tensor:
 
 
 class PoisonAllocations(TorchFunctionMode):
-    """Swap every uninitialised float tensor the user's file allocates for a poisoned, guarded one.
+    """Swap every uninitialised float tensor the user's file allocates for a poisoned, guarded one,
+    and record the computing torch operations (_COMPUTE) the file calls.
 
     torch.empty hands back whatever memory was free, which may hold an earlier answer;
     POISON makes rows the kernel never writes visible, and the guard after the buffer
-    shows a store past its end. Only allocations made directly from the user's file.
+    shows a store past its end. Only calls made directly from the user's file count. One
+    mode does both: a second mode would see the first one's frame as the caller.
     """
 
     def __init__(self, user_file: str):
         super().__init__()
         self.user_file = user_file
         self.made: list[torch.Tensor] = []
+        self.computed: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        mine = sys._getframe(1).f_code.co_filename == self.user_file
+        name = getattr(func, "__name__", "")
+        if mine and name in _COMPUTE and len(self.computed) < 20:
+            self.computed.append(name)
         result = func(*args, **(kwargs or {}))
-        if (getattr(func, "__name__", "") in _ALLOCATORS and type(result) is torch.Tensor
-                and result.is_floating_point() and not result.requires_grad
-                and sys._getframe(1).f_code.co_filename == self.user_file):
+        if (mine and name in _ALLOCATORS and type(result) is torch.Tensor and result.is_floating_point()
+                and not result.requires_grad):
             result = guarded(result.fill_(POISON), result.shape, result.stride(), POISON)
             self.made.append(result)
         return result
@@ -168,7 +180,7 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
     plain = type(out) is torch.Tensor  # a subclass's methods could say anything: it does not cross
     observed = {
         "type": type(out).__name__, "plain": plain, "overran": poison.overran(),
-        "launches": launches.seen, "watching": bool(launches.patched),
+        "launches": launches.seen, "watching": bool(launches.patched), "torch_compute": poison.computed,
     }
     result = None
     if plain:

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from drill import iocount
 from drill.grader.expect import Call, close, fail, matches
 
-from ._attention_reference import attention, pair, peak_bytes, quiet_call
+from ._attention_reference import attention, check_reads_seen, observed_call, pair, peak_bytes, quiet_call
 from ._decode_reference import chunk_bounds, merge, partials
 
 O_ATOL, O_RTOL = 1e-10, 1e-9
@@ -239,6 +240,38 @@ def test_explicit_scale(sub, rng):
     for scale in (0.37, 2.0):
         check_partials(sub, q, K, V, 4, scale=scale)
         check_decode(sub, q, K, V, 4, scale=scale)
+
+
+@pytest.mark.observed
+@pytest.mark.parametrize("name", ["split_kv_partials", "flash_decode"])
+def test_reads_a_chunk_at_a_time(sub, rng, name):
+    """K and V are read a chunk at a time, as split-KV thread blocks read them (observed)"""
+    sq, sk, d, n = 3, 90, 5, 5  # chunks of 18 keys; d = 5 differs from every size here
+    chunk = -(-sk // n)
+    q, K, V = _inputs(rng, sq, sk, d)
+    call = Call(name, _describe(q, K, n, {}))
+    outcome = observed_call(getattr(sub, name), call, q.copy(), K.copy(), V.copy(), n, record={1: "K", 2: "V"},
+                            _hints=WARNING_HINTS)
+    want = partials(q, K, V, n, False, None)
+    if name == "flash_decode":
+        want = merge(*want)
+        shapes, what = ((sq, d), (sq,)), "o, lse"
+    else:
+        shapes, what = ((n, sq, d), (n, sq)), "O_parts, L_parts"
+    got = pair(outcome.result, call, what, shapes)
+    for mine, ref, label in zip(got, want, what.split(", ")):
+        close(mine, ref, call, atol=1e-9, rtol=1e-9, what=label, hint="the other checks name the mistake")
+    reads, truncated = iocount.summarize(outcome.reads, {"K": sk, "V": sk})
+    check_reads_seen(call, reads, truncated)
+    for array_name, r in reads.items():
+        if r.largest > chunk:
+            fail(f"{array_name} was read {r.largest} rows at a time; a chunk is ceil(sk / num_splits) = {chunk} keys "
+                 "(observed)", called=str(call), got=f"largest read of {array_name}: {r.largest} rows",
+                 expected=f"reads of at most {chunk} rows: K[start:stop] and V[start:stop] for each chunk",
+                 hint=("the scores or the output were computed over the whole cache and cut into chunks afterwards, "
+                       "or flash_decode computed plain attention without the partials: give each chunk only its "
+                       "own keys and values, then merge the partials by their logsumexp" if r.largest >= sk else
+                       f"slice each chunk's keys alone, K[c * {chunk}:(c + 1) * {chunk}]"))
 
 
 # A long cache and a few query rows: one score row per query over the whole cache is megabytes,

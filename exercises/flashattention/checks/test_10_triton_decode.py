@@ -23,6 +23,7 @@ from drill.grader import fixtures, roundtrip
 from drill.grader.expect import close, fail, matches, note
 from drill.grader.proxy import SubmissionProxy
 
+from . import _triton_forward_support as tf
 from ._triton_forward_support import interpreter_on
 
 INTERPRET = interpreter_on()  # the subject's setting: the runner turns the interpreter on there without a GPU
@@ -247,8 +248,6 @@ LAUNCH_PROBE = Path(__file__).with_name("_triton_probe.py")  # 07's launch recor
 
 def user_decode_watched(sub, q, k, v, seq_lens, num_splits):
     """The user's flash_decode run through the launch probe: (o as an array or None, what the probe saw)."""
-    from . import _triton_forward_support as tf
-
     sub.use_helper(LAUNCH_PROBE)
     spec = {"device": str(q.device), "dtype": str(q.dtype).removeprefix("torch."),
             "tensors": [{"stride": list(t.stride()), "guard": "nan"} for t in (q, k, v)] + [{"keep_dtype": True}]}
@@ -258,7 +257,7 @@ def user_decode_watched(sub, q, k, v, seq_lens, num_splits):
     observed = outcome.extra.get("observed")
     observed = observed if isinstance(observed, dict) else {}
     result = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype.kind == "f" else None
-    return result, tf._launches(observed)
+    return result, observed
 
 
 @pytest.mark.observed
@@ -267,7 +266,8 @@ def test_kernels_launched_over_the_splits(sub, mode):
     B, Hq, Hkv, splits = 2, 4, 2, 5
     q, k, v, sl = make_cache(B, Hq, Hkv, pick([37, 20], [900, 400]), pick(16, 64), seed=7)
     what = describe(q, k, sl, splits)
-    out, launches = user_decode_watched(sub, q, k, v, sl, splits)
+    out, observed = user_decode_watched(sub, q, k, v, sl, splits)
+    launches = tf._launches(observed)
     mine = [launch for launch in launches if launch.mine]
     if not mine:  # fails closed: no launch seen from the user's file is no pass, whatever hid it
         others = ", ".join(sorted({f"{launch.kernel} ({launch.file})" for launch in launches}))
@@ -277,6 +277,7 @@ def test_kernels_launched_over_the_splits(sub, mode):
              expected="_decode_split_kernel[(num_splits, B * Hq)](...) and _decode_merge_kernel[(B * Hq,)](...)",
              hint="the exercise is the kernels: compute the partials and the merge inside your @triton.jit "
                   "functions, not with torch operations")
+    tf.check_no_torch_compute(observed, what, "o")
     grids = [launch.grid for launch in mine if launch.grid is not None]
     split = [g for g in grids if splits in g and math.prod(g) == splits * B * Hq]
     if grids and not split:

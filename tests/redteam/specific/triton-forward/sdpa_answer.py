@@ -1,7 +1,6 @@
 # drill: flashattention/{{ID}}
 # Attack: no kernel at all; hand back PyTorch's own attention. The values are right, so only
-# the launch check can catch it (a file that also launches a decoy kernel of its own with
-# the right grid is not caught: the launch record is an observation from inside).
+# the launch check can catch it (with a decoy launch too: sdpa_answer_decoy_launch.py).
 import torch
 import torch.nn.functional as F
 

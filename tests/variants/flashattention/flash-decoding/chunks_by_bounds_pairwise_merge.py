@@ -6,7 +6,6 @@ import numpy as np
 
 
 def split_kv_partials(q, K, V, num_splits, causal=False, scale=None):
-    q, K, V = (np.asarray(a, dtype=np.float64) for a in (q, K, V))
     sq, d = q.shape
     sk, dv = K.shape[0], V.shape[1]
     if scale is None:
