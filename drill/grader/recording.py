@@ -9,6 +9,9 @@ range of rows (axis 0):
     which a kernel makes once ahead of its loop (drill/iocount.py counts it so).
 A one-row access that repeats the one logged just before it for the same array is not
 logged again (element-by-element gathers of a row would otherwise fill the log).
+An array recorded with "views" (record={position: [name, "views"]}) logs uses, not slices:
+`c[a:b]` is a recording view of rows a..b that logs nothing until it is used, so a prefix
+sliced once and then used whole again and again shows every use.
 `np.asarray(K)` returns a plain view without telling anyone; the trusted side notices
 because the rows it then reads are never logged (every row of Q, K and V must be read).
 What is logged here informs the learner; it can fail a check, never pass one.
@@ -32,10 +35,18 @@ class RecordingArray(np.ndarray):
             _whole(parent)
         self._log = None
         self._name = ""
+        self._offset = 0  # the row of the recorded input where this view starts
+        self._views = False
 
     def __getitem__(self, key):
         plain = self.view(np.ndarray)
         if self._log is not None:
+            start = _row_slice(self, key)
+            if self._views and start is not None:
+                view = plain[key].view(RecordingArray)
+                view._log, view._name, view._views = self._log, self._name, True
+                view._offset = self._offset + start
+                return view
             _rows(self, key)
         return plain[key]
 
@@ -64,7 +75,7 @@ def _plain(value, reads: bool = True, kind: str = "rows"):
     """The plain ndarray behind a recording one (logging a whole read); lists and tuples too."""
     if isinstance(value, RecordingArray):
         if reads and value._log is not None:
-            _whole(value, kind)
+            _whole(value, "rows" if value._views else kind)  # a pass over a view is a pass over its rows only
         return value.view(np.ndarray)
     if isinstance(value, (list, tuple)):
         return type(value)(_plain(v, reads, kind) for v in value)
@@ -74,8 +85,18 @@ def _plain(value, reads: bool = True, kind: str = "rows"):
 _last: dict = {}  # id of an array's log and its name -> the entry logged last for it
 
 
+def _row_slice(array: RecordingArray, key) -> int | None:
+    """The first row, if `key` takes a step-1 run of rows (and any columns): a view of rows."""
+    first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+    if not (isinstance(first, slice) and array.ndim and all(isinstance(k, (slice, int, np.integer)) for k in rest)):
+        return None
+    start, _, step = first.indices(array.shape[0])
+    return start if step == 1 else None
+
+
 def _record(array: RecordingArray, start: int, stop: int, rows: int, kind: str = "rows") -> None:
     log = array._log
+    start, stop = start + array._offset, stop + array._offset
     entry = (array._name, int(start), int(stop), int(rows), kind)
     key = (id(log), array._name)
     if rows == 1 and _last.get(key) == entry:  # one element after another of the same row
@@ -119,9 +140,11 @@ def wrap(args: list, names: dict) -> tuple[list, list]:
     wrapped = list(args)
     for position, name in names.items():
         i = int(position)
+        name, *flags = name if isinstance(name, list) else [name]
         if i < len(wrapped) and isinstance(wrapped[i], np.ndarray):
             rec = wrapped[i].view(RecordingArray)
             rec._log = log
             rec._name = str(name)
+            rec._views = "views" in flags
             wrapped[i] = rec
     return wrapped, log

@@ -39,6 +39,10 @@ per block an [H, block] score tile, a running max and sum per head, an [H, d_c]
 accumulator. Never hold per-head keys or values [H, S, ·], nor an [H, S] score array:
 the checks measure your peak memory on a long cache.
 
+Some checks watch which rows of c_kv and k_rope your code reads, block by block. Slice
+the arrays you are given (c_kv[lo:hi]): a whole-array copy or conversion such as
+np.asarray(c_kv) hides the reads, and those checks then fail.
+
 Check your work:  drill check 13_mla_decode.py
 """
 

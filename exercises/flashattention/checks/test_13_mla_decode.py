@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, note
 
-from ._attention_reference import observed_call, peak_bytes, quiet_call
+from ._attention_reference import check_reads_seen, observed_call, peak_bytes, quiet_call
 from ._mla_reference import Mla, default_scale, draw, naive, streamed
 
 ATOL, RTOL = 1e-10, 1e-9
@@ -250,23 +251,28 @@ def test_reads_cache_once(sub, rng):
     S, seq_len, block = 200, 150, 32
     x = draw(rng, 6, 16, 8, 4, 8, S, seq_len, poison=0.0)
     call = Call("mla_decode", x.describe() + f", block={block}")
-    outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: "c_kv", 3: "k_rope"}, _hints=WARNING_HINTS,
-                            block=block)
+    # Recorded as views: a slice logs nothing until it is used, so a prefix sliced once and
+    # then used whole for every head shows each use. A block reused while it is the one in use
+    # (scores, then the weighted sum) is read once, as a kernel keeps it on chip.
+    outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: ["c_kv", "views"], 3: ["k_rope", "views"]},
+                            _hints=WARNING_HINTS, block=block)
     o = array(outcome.result, call, shape=(6, 8), what="o")
     close(o, naive(x), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake")
-    for name in ("c_kv", "k_rope"):
-        spans = [(start, stop) for entry in outcome.reads or [] if isinstance(entry, list) and len(entry) in (4, 5)
-                 for who, start, stop, rows in [entry[:4]] if who == name and isinstance(stop, int) and rows >= 0]
+    reads, truncated = iocount.summarize(outcome.reads, {"c_kv": S, "k_rope": S}, blocks={"c_kv": block, "k_rope": block})
+    check_reads_seen(call, {name: iocount.Reads(seq_len, r.rows, r.largest, min(r.covered, seq_len), r.passes)
+                            for name, r in reads.items()}, truncated)
+    for name, r in reads.items():
+        spans = [entry[1:3] for entry in outcome.reads or [] if isinstance(entry, list) and len(entry) in (4, 5)
+                 and entry[0] == name and isinstance(entry[2], int)]
         past = max((stop for _, stop in spans), default=0)
-        rows = sum(max(0, min(stop, S) - max(start, 0)) for start, stop in spans)
         if past > seq_len:
             fail(f"rows of {name} up to {past - 1} were read, past seq_len - 1 = {seq_len - 1}", called=str(call),
                  got=f"{name} read up to row {past - 1}", expected=f"rows 0 .. {seq_len - 1} only",
                  hint=(f"the whole cache was used ({name}.T, {name} @ ..., or a loop to len({name})) and the rows "
                        "past seq_len masked afterwards: they may hold NaN, so stop the loop at seq_len"))
-        if rows > seq_len:
-            fail(f"{name} was read {rows / seq_len:.3g} times over (observed)", called=str(call),
-                 got=f"{rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
+        if r.rows > seq_len:
+            fail(f"{name} was read {r.rows / seq_len:.3g} times over (observed)", called=str(call),
+                 got=f"{r.rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
                  hint=("a loop over heads that walks the whole cache for every head (or a two-pass softmax: one "
                        "pass for the max, one for the sum) reads the cache again and again; decode is bound by "
                        "these reads. Absorb the query of every head, score each block for all H heads at once "

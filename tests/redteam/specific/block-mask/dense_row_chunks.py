@@ -5,7 +5,7 @@ Fakes: the tiled, block-skipping FlashAttention forward. It never calls block_ki
 tiles K, has no online softmax: each chunk of 16 query rows meets ALL of K under a [16, sk]
 mask (every empty tile's scores are computed), the full softmax is taken and masked.
 
-Slips past:
+Slipped past, before the checks were changed (tests/redteam/README.md says how):
   * test_skips_empty_tiles: Q, K, V are turned into plain views with np.asarray first, so
     the recording arrays log no read at all: 0 rows read is "at most k_needed";
     unlike 03/05 (check_reads_seen), 14 never requires every row to have been read;

@@ -3,7 +3,7 @@
 the memory check's size (sq = sk = 8192), where only the first 4 rows of tiles are judged
 (all other tiles are reported 0). The forward is dense_row_chunks.py's dense attention.
 
-Fakes: judging tiles without a whole-sequence mask. Slips past test_kinds_memory, which
+Fakes: judging tiles without a whole-sequence mask. Slipped past, before the checks were changed, test_kinds_memory, which
 spot-checks got[0:4] only, a fixed slice the subject can aim at (4 x 8192 rows of mask is a
 few MiB; a 8192 x 8192 bool mask would be 64 MiB). Every other kinds check is small, where
 the dense mask is cheap and exact.

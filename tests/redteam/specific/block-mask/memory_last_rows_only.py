@@ -2,7 +2,7 @@
 """Attack: plain dense masked attention (full sq x sk scores and mask), except at the memory
 check's size, where only the last 64 query rows are computed (O = 0, L = -inf elsewhere).
 
-Fakes: the whole tiled forward. Slips past:
+Fakes: the whole tiled forward. Slipped past, before the checks were changed,:
   * test_forward_memory: it compares O[n-64:] only (rows = slice(n - 64, n)), a fixed slice
     the subject can aim at; the same hole issue 31 closed for 03/05 with 512 rows drawn after
     the call (SAMPLED_ROWS). 64 rows x 4096 keys is 2 MiB, under the 12 MiB limit;

@@ -4,7 +4,7 @@ only then cuts that row into chunks (the very mistake test_long_cache_memory's h
 "split_kv_partials built the scores over the whole cache, then cut them"); flash_decode is
 full-row attention with num_splits ignored (as in decode_without_splits.py).
 
-Slips past test_long_cache_memory: the budget (16 MiB) only sees the all-rows [32, 2^17]
+Slipped past, before the checks were changed, test_long_cache_memory: the budget (16 MiB) only sees the all-rows [32, 2^17]
 array (32 MiB); building the whole-cache score row one query row at a time holds 1 MiB.
 The values of every chunk are exact, so no value check can tell.
 """

@@ -4,7 +4,7 @@ with einsum, a full [H, S] softmax), except on a long cache with many heads (the
 H = 128, S = 32768), where only heads 0..7 are computed (one head at a time) and the other 120
 heads are returned as zeros.
 
-Fakes: absorption, streaming, and 94% of the output at the measured size. Slips past
+Fakes: absorption, streaming, and 94% of the output at the measured size. Slipped past, before the checks were changed,
 test_memory: it compares o[0:8] only ("spot-check a few heads"), a fixed slice the subject
 can aim at; every other check is small enough for the naive [H, S, d] form to fit.
 test_reads_cache_once: c_kv[:seq_len] is read once; the einsums then use the plain slice.

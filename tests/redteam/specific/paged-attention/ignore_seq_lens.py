@@ -3,7 +3,7 @@
 (entries >= 0), every slot of them, and keeps the slots that "look live": finite, not all
 zero, and no bigger than 1e5 in magnitude.
 
-Fakes: cutting the gathered keys to exactly seq_lens[b] rows. Slips past every check because
+Fakes: cutting the gathered keys to exactly seq_lens[b] rows. Slipped past, before the checks were changed, every check because
 the dead slots only ever hold recognisable poison: NaN (most checks), 0.0
 (test_one_sequence: poison=0.0) or the 1e6 SENTINEL (test_unused_slots_hold_finite_sentinels).
 Live keys are N(0, 1) draws, never exactly 0 nor 1e5. The finite garbage that would expose it

@@ -4,7 +4,7 @@
 @triton.jit kernel from this file, whose body does nothing, is launched over the grid
 (num_splits, B * Hq) that test_kernels_launched_over_the_splits looks for.
 
-Fakes: both Triton kernels (the whole exercise). Slips past:
+Fakes: both Triton kernels (the whole exercise). Slipped past, before the checks were changed,:
   * every value check: torch's softmax is the right value;
   * test_kernels_launched_over_the_splits: the launch record only asks that SOME kernel from
     the user's file ran with a grid holding num_splits whose product is num_splits * B * Hq; it

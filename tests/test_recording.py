@@ -1,0 +1,43 @@
+"""What the subject's recording arrays log: rows read, and with "views" each use of a slice."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from drill.grader import recording
+
+
+def _log_of(names, fn):
+    (arr,), log = recording.wrap([np.arange(40.0).reshape(20, 2)], {"0": names})
+    fn(arr)
+    return [entry[:4] for entry in log]
+
+
+def test_plain_recording_logs_each_slice_once():
+    log = _log_of("c", lambda c: [c[0:5] @ np.ones(2) for _ in range(3)])
+    assert log == [("c", 0, 5, 5)] * 3
+
+
+def test_a_slice_used_whole_again_and_again_shows_every_use_when_recorded_as_views():
+    def per_head(c):
+        prefix = c[:12]  # sliced once
+        for _ in range(3):
+            prefix @ np.ones(2)  # then used whole three times
+
+    assert _log_of("c", per_head) == [("c", 0, 12, 12)]  # plain recording: one read, the uses unseen
+    assert _log_of(["c", "views"], per_head) == [("c", 0, 12, 12)] * 3
+
+
+def test_views_of_views_log_rows_of_the_recorded_input():
+    def blocks(c):
+        prefix = c[2:18]
+        for start in range(0, 16, 8):
+            block = prefix[start:start + 8]
+            block.T @ np.ones(8)  # a use, in the input's own row numbers
+            _ = block[1]
+
+    assert _log_of(["c", "views"], blocks) == [("c", 2, 10, 8), ("c", 3, 4, 1), ("c", 10, 18, 8), ("c", 11, 12, 1)]
+
+
+def test_a_conversion_logs_nothing():
+    assert _log_of(["c", "views"], lambda c: np.asarray(c)[:5] @ np.ones(2)) == []
