@@ -29,12 +29,20 @@ POISON = -32768.0
 # lands in the guard, not in someone else's memory (on the CPU that aborts the process).
 GUARD = 1 << 17
 _ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
-# Torch operations that compute attention, its pieces or its gradients: none belongs in the user's
-# file, whose work is the kernels (the launcher only allocates, reshapes and launches).
-_COMPUTE = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "baddbmm", "einsum", "softmax", "log_softmax",
-            "exp", "exp_", "exp2", "logsumexp", "scaled_dot_product_attention", "backward", "grad", "tensordot",
-            "_softmax_backward_data", "addmm", "addbmm",
-            "numpy", "__array__", "tolist"}  # or the answer computed on the host, in NumPy
+# What a launcher may call on tensors: allocations, views, metadata, casts and copies. Every other
+# torch operation called from the user's file is recorded as computing (softmax, matmul, a
+# broadcast multiply and sum, a copy to NumPy or to a Python number, ...): the work is the kernels'.
+_LAUNCHER_OPS = _ALLOCATORS | {
+    "zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
+    "tensor", "as_tensor", "arange",
+    "__get__", "__set__", "dim", "ndimension", "size", "stride", "numel", "element_size", "is_contiguous",
+    "data_ptr", "storage_offset", "untyped_storage", "is_floating_point", "get_device", "__len__",
+    "view", "view_as", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "flatten",
+    "unflatten", "as_strided", "narrow", "select", "t", "movedim", "__getitem__", "__setitem__",
+    "contiguous", "to", "float", "half", "bfloat16", "type", "cuda", "cpu", "detach", "clone", "copy_",
+    "fill_", "zero_", "requires_grad_", "__hash__", "__repr__", "__format__",
+}
+_TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 def guarded(t: torch.Tensor, shape, stride, fill: float) -> torch.Tensor:
@@ -54,7 +62,7 @@ def guard_of(t: torch.Tensor) -> torch.Tensor:
 
 class PoisonAllocations(TorchFunctionMode):
     """Swap every uninitialised float tensor the user's file allocates for a poisoned, guarded one,
-    and record the computing torch operations (_COMPUTE) the file calls.
+    and record the torch operations the file calls that a launcher has no use for (_LAUNCHER_OPS).
 
     torch.empty hands back whatever memory was free, which may hold an earlier answer;
     POISON makes rows the kernel never writes visible, and the guard after the buffer
@@ -69,9 +77,13 @@ class PoisonAllocations(TorchFunctionMode):
         self.computed: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        mine = sys._getframe(1).f_code.co_filename == self.user_file
+        # The caller, past torch's own Python layers (F.softmax calls Tensor.softmax from functional.py).
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+            frame = frame.f_back
+        mine = frame is not None and frame.f_code.co_filename == self.user_file
         name = getattr(func, "__name__", "")
-        if mine and name in _COMPUTE and len(self.computed) < 20:
+        if mine and name not in _LAUNCHER_OPS and len(self.computed) < 20:
             self.computed.append(name)
         result = func(*args, **(kwargs or {}))
         if (mine and name in _ALLOCATORS and type(result) is torch.Tensor and result.is_floating_point()
