@@ -19,7 +19,6 @@ from drill.grader.proxy import memory_measured
 # imports, allocator slack): the limit sits between the tiles and a full boolean mask.
 MEMORY_SIZE = 4096
 FULL_SCORES_BYTES = MEMORY_SIZE * MEMORY_SIZE * 8  # 128 MiB
-SAMPLED_ROWS = 512  # rows of each output compared after a 4096² memory check, drawn after the call
 PEAK_LIMIT_BYTES = 12 * 2**20  # a full bool mask (16 MiB) is an sq×sk array too; inputs are 0.5 MiB each
 
 
@@ -308,33 +307,6 @@ def chunked_attention_backward(Q, K, V, O, L, dO, causal=False, scale=None, colu
         dQ += (dS @ K[cols]) * s
         dK[cols] = (dS.T @ Q) * s
     return dQ, dK, dV
-
-
-def sampled_attention_backward(Q, K, V, O, L, dO, rows, keys, causal=False, scale=None):
-    """attention_backward()'s dQ[rows], dK[keys] and dV[keys] only: a quarter of the work at 4096²
-    for 512 of each, so the large memory checks compare values on rows the subject cannot guess."""
-    sq, sk = Q.shape[0], K.shape[0]
-    s = default_scale(Q.shape[1], scale)
-    D = (dO * O).sum(axis=1)
-    Lsafe = np.where(L == -np.inf, np.inf, L)
-
-    def dS_of(q_idx, k_idx):
-        P = Q[q_idx] @ K[k_idx].T
-        P *= s
-        P -= Lsafe[q_idx, None]
-        np.exp(P, out=P)
-        if causal:
-            np.copyto(P, 0.0, where=k_idx[None, :] > q_idx[:, None] + (sk - sq))
-        dS = dO[q_idx] @ V[k_idx].T
-        dS -= D[q_idx, None]
-        dS *= P
-        return P, dS
-
-    every_q, every_k = np.arange(sq), np.arange(sk)
-    _, dS = dS_of(rows, every_k)
-    dQ = (dS @ K) * s
-    P, dS = dS_of(every_q, keys)
-    return dQ, (dS.T @ Q) * s, P.T @ dO
 
 
 def pair(result, call: Call, names: str, shapes: tuple[tuple, tuple]):

@@ -69,6 +69,25 @@ def test_num_blocks(sub, s):
                  hint=hint)
 
 
+def test_huge_sizes_exact(sub):
+    """Sizes far past any GPU's, a remainder of 1 key or byte over a huge block: ceilings stay exact"""
+    for s, Br, Bc in [(20_001, 20_000, 20_000), (10**9 + 1, 10**6, 999_983), (2**40 + 1, 2**20, 2**40)]:
+        call = Call("num_blocks", f"s={s}, Br={Br}, Bc={Bc}")
+        got = _ints(sub.num_blocks(s, Br, Bc), 2, call)
+        want = (_ceil(s, Br), _ceil(s, Bc))
+        if got != want:
+            fail("wrong number of blocks", called=str(call), got=f"(Tr, Tc) = {got}", expected=f"(Tr, Tc) = {want}",
+                 hint="a ceiling made with floats (a / b plus a fudge, or rounding) misses a remainder this small: "
+                      "use integers, -(-a // b)")
+    for M, d in [(4 * 4096 * 3 + 1, 4096), (4 * 8192 * 5 + 1, 8192)]:
+        call = Call("block_sizes", f"M={M}, d={d}")
+        got = _ints(sub.block_sizes(M, d), 2, call)
+        bc = _ceil(M, 4 * d)
+        if got != (min(bc, d), bc):
+            fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {(min(bc, d), bc)}",
+                 hint="a ceiling made with floats misses a remainder this small: use integers, -(-M // (4 * d))")
+
+
 def _expected_shapes(s, d, Br, Bc):
     return {"Q_i": (Br, d), "K_j": (Bc, d), "V_j": (Bc, d), "S_ij": (Br, Bc), "P_ij": (Br, Bc),
             "O_i": (Br, d), "m_i": (Br,), "l_i": (Br,), "L": (s,)}

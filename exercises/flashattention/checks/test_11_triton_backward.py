@@ -575,7 +575,7 @@ def test_returns_new_tensors_inputs_unchanged(sub, mode):
 
 @pytest.mark.observed
 def test_launches(sub, mode):
-    """Your @triton.jit kernels do the work, not torch operations"""
+    """Your @triton.jit kernels do the work in blocks, not torch operations"""
     B, H, S, D = pick((2, 2, 40, 16), (2, 3, 300, 64))
     case = make_case(B, H, S, D, mode, seed=13, causal=True)
     call = case.describe()
@@ -596,6 +596,14 @@ def test_launches(sub, mode):
              got="grids " + ", ".join(str(list(launch.grid)) for launch in mine if launch.grid),
              expected=f"grids (blocks, B·H) = (…, {B * H})",
              hint="one program per (block, batch·head): grid = (triton.cdiv(S, BLOCK), B * H)")
+    # Tiled means several programs along the sequence: one program holding a whole head would build
+    # S×S tiles, which no GPU's on-chip memory holds at real lengths.
+    if not any(math.prod(launch.grid) > B * H for launch in heads):
+        fail(f"every launch of your kernels runs one program per head: the S = {S} rows are not cut into blocks",
+             called=call, got="grids " + ", ".join(str(list(launch.grid)) for launch in heads),
+             expected=f"grids (triton.cdiv(S, BLOCK), B·H) with BLOCK < S, so more than {B * H} programs",
+             hint="give each program one block of BLOCK_M queries (dq) or BLOCK_N keys (dk, dv) and loop over the "
+                  "other side in blocks: BLOCK below S, grid = (triton.cdiv(S, BLOCK), B * H)")
     ref = reference(case)
     tols = tolerances(case, ref)
     got = as_grads(reply, case)
