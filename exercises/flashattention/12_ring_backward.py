@@ -22,6 +22,9 @@ home. Point-to-point only (isend/irecv or dist.batch_isend_irecv): no collective
 Causal: global positions, as in 06. Skip a shard from a later rank (no work, but pass it and
 its gradients on); your own shard takes the lower triangle.
 
+Do the block maths on torch tensors with @ (matmuls): the checks count each rank's
+matmul work with torch's FLOP counter to see that a causal rank skips future shards.
+
 Check your work:  drill check 12_ring_backward.py   (it starts W = 2, 3 and 4 ranks itself)
 """
 

@@ -279,6 +279,7 @@ def test_reads_a_chunk_at_a_time(sub, rng, name):
 # (d = 2); the budget sits far below one [sq, sk] float64 array and far above a chunk's.
 LONG_SK, LONG_SQ, LONG_D, LONG_SPLITS = 1 << 17, 32, 2, 128
 FULL_ROW_BYTES = LONG_SQ * LONG_SK * 8  # 32 MiB: one [sq, sk] float64 array
+VERY_LONG_SK, VERY_LONG_SLACK_BYTES = 1 << 21, 8 * 2**20
 LONG_BUDGET_BYTES = 16 * 2**20  # inputs 4 MiB; a chunk's scores [32, 1024] are 256 KiB; FlashDecoding measured 7.6 MiB
 
 
@@ -306,6 +307,27 @@ def test_long_cache_memory(sub, rng):
             o, lse = pair(result, call, "o, lse", ((LONG_SQ, LONG_D), (LONG_SQ,)))
             o_ref, lse_ref = attention(q, K, V, False, None)
             close(o, o_ref, call, atol=O_ATOL, rtol=O_RTOL, what="o (attention over the whole cache)",
+                  hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+    # Two query rows against 2^21 keys of width 1: one score row over the whole cache (16 MiB) is as
+    # large as K itself, so even one row at a time stands out above the inputs and a little slack.
+    q, K, V = _inputs(rng, 2, VERY_LONG_SK, 1)
+    held = q.nbytes + K.nbytes + V.nbytes
+    for name in ("flash_decode", "split_kv_partials"):
+        call = Call(name, _describe(q, K, LONG_SPLITS, {}))
+        peak, result = peak_bytes(quiet_call, getattr(sub, name), call, q.copy(), K.copy(), V.copy(), LONG_SPLITS,
+                                  _hints=WARNING_HINTS)
+        if peak > held + VERY_LONG_SLACK_BYTES:
+            fail(f"{name} held {(peak - held) / 2**20:.1f} MiB beyond its inputs over a cache of {VERY_LONG_SK:,} keys",
+                 called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call (inputs included)",
+                 expected=(f"under {(held + VERY_LONG_SLACK_BYTES) / 2**20:.0f} MiB: the inputs "
+                           f"({held / 2**20:.0f} MiB) and {VERY_LONG_SLACK_BYTES / 2**20:.0f} MiB for a chunk's "
+                           f"work; one query row of scores over the whole cache is {VERY_LONG_SK * 8 / 2**20:.0f} MiB"),
+                 hint=("a query row's scores were computed over the whole cache (one row at a time still holds all "
+                       "sk of them): give each chunk only its own keys, K[start:stop], and merge the partials"))
+        if name == "flash_decode":
+            o, lse = pair(result, call, "o, lse", ((2, 1), (2,)))
+            o_ref, lse_ref = merge(*partials(q, K, V, LONG_SPLITS, False, None))
+            close(o, o_ref, call, atol=1e-8, rtol=1e-8, what="o (attention over the whole cache)",
                   hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
 
 

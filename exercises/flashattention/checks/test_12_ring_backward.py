@@ -383,7 +383,14 @@ def test_skips_future_shards(runs):
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
         # Rank 0's queries see its own shard only: with the skip it does about 1/W of the unmasked work.
         plain, causal = (runs.done(world, 0, case).get("flops") for case in ("plain", "causal"))
-        if plain and causal is not None and causal > plain * 1.5 / world:
+        if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
+            fail(f"rank 0's matmul work could not be counted (W = {world})", called=BY_NAME["plain"].call(world, 0),
+                 got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
+                 expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
+                 hint="compute the scores and the gradients on torch tensors with @ (q @ k.T, p @ v), not with elementwise products "
+                      "summed or in NumPy: the check counts each rank's matmul work to see that future shards are "
+                      "skipped")
+        if causal > plain * 1.5 / world:
             fail(f"rank 0 did {causal / plain:.0%} of the unmasked matmul work with causal=True (W = {world})",
                  called=BY_NAME["causal"].call(world, 0), got=f"{causal} FLOPs causal, {plain} without a mask",
                  expected=f"about 1/{world} of it: rank 0's queries see its own shard only",
