@@ -215,6 +215,8 @@ def test_heads_at_different_scales(sub, rng):
 # above the streaming loop, which holds little beside its inputs (c_kv 4 MiB, k_rope 1 MiB).
 MEMORY_SHAPE = dict(H=128, d_c=16, d_nope=8, d_rope=4, d_v=8, S=32768)
 MEMORY_LIMIT_BYTES = 20 * 2**20
+WIDE_HEADS_SHAPE = dict(H=16, d_c=4, d_nope=64, d_rope=4, d_v=64, S=2**18)
+WIDE_HEADS_SLACK_BYTES = 12 * 2**20
 
 
 @pytest.mark.peak_memory
@@ -242,6 +244,24 @@ def test_memory(sub, rng):
     heads = np.sort(rng.choice(H, 16, replace=False))  # drawn after the call, checked against the naive form
     small = Mla(x.q_nope[heads], x.q_rope[heads], x.c_kv, x.k_rope, x.W_uk[heads], x.W_uv[heads], x.seq_len)
     close(o[heads], naive(small), call, atol=ATOL, rtol=RTOL, what="o (16 heads drawn at random)",
+          hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+    # Wide heads over a narrow latent: one head's keys [S, d_nope] are 128 MiB, eight times the cache,
+    # so building them even one head at a time stands far above the inputs and a little slack.
+    sh = WIDE_HEADS_SHAPE
+    x = draw(rng, sh["H"], sh["d_c"], sh["d_nope"], sh["d_rope"], sh["d_v"], sh["S"], sh["S"] - 3)
+    call = Call("mla_decode", x.describe() + ", block=256")
+    held = sum(a.nbytes for a in x.args() if isinstance(a, np.ndarray))
+    peak, result = peak_bytes(quiet_call, sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, block=256)
+    if peak > held + WIDE_HEADS_SLACK_BYTES:
+        fail(f"mla_decode held {(peak - held) / 2**20:.1f} MiB beyond its inputs: one head's keys or values over "
+             "the whole cache were built", called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=(f"under {(held + WIDE_HEADS_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) "
+                       f"and {WIDE_HEADS_SLACK_BYTES / 2**20:.0f} MiB for a block's work; one head's keys [S, d_nope] "
+                       f"are {sh['S'] * sh['d_nope'] * 8 / 2**20:.0f} MiB"),
+             hint=("c_kv @ W_uk[h] over the whole cache builds that head's keys: absorb W_uk into the query "
+                   "instead (q_lat[h] = W_uk[h] @ q_nope[h]) and score the latent rows block by block"))
+    o = array(result, call, shape=(sh["H"], sh["d_v"]), what="o")
+    close(o, streamed(x, 4096), call, atol=ATOL, rtol=RTOL, what="o (wide heads)",
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
 
 

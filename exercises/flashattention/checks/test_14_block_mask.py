@@ -304,6 +304,38 @@ def test_forward_memory(sub, rng):
     close(L, np.concatenate([lse for _, lse in parts]), call, atol=L_ATOL, rtol=L_RTOL, what="L", hint=hint)
 
 
+# One query row against 2^21 keys of width 1, a sliding window of 4096: a single row of scores or of
+# mask values over all keys (an sq×sk array, 16 MiB as float64) is as large as K itself, while the
+# one live tile is 32 KiB. The limit is the inputs plus LONG_SLACK_BYTES.
+LONG_SK, LONG_WINDOW, LONG_BC, LONG_SLACK_BYTES = 2**21, 4096, 4096, 8 * 2**20
+
+
+@pytest.mark.peak_memory
+def test_forward_memory_long_keys(sub, rng):
+    """Peak memory with one query row against 2^21 keys in a sliding window stays at tiles"""
+    Q, K, V = _inputs(rng, 1, LONG_SK, 1)
+    q_doc, kv_doc = np.zeros(1, dtype=np.int64), np.zeros(LONG_SK, dtype=np.int64)
+    kw = dict(window=LONG_WINDOW, causal=True, Br=16, Bc=LONG_BC)
+    call = Call("masked_flash_forward", f"Q [1x1], K, V [{LONG_SK}x1], one document, window={LONG_WINDOW}, "
+                                        f"causal=True, Br=16, Bc={LONG_BC}")
+    held = Q.nbytes + K.nbytes + V.nbytes + q_doc.nbytes + kv_doc.nbytes
+    peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
+                              kv_doc.copy(), **kw)
+    if peak > held + LONG_SLACK_BYTES:
+        fail(f"masked_flash_forward held {(peak - held) / 2**20:.1f} MiB beyond its inputs on a long K",
+             called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=(f"under {(held + LONG_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) and "
+                       f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {LONG_SK:,} keys is "
+                       f"{LONG_SK * 8 / 2**20:.0f} MiB"),
+             hint=("a row of scores (or of mask values) over all keys was built, then masked: only the tiles of "
+                   "kind 1 and 2 may be computed, each from its own rows and keys"))
+    O, L = pair(result, call, "O, L", ((1, 1), (1,)))
+    live = slice(LONG_SK - LONG_WINDOW, LONG_SK)
+    O_ref, L_ref = attention(Q, K[live], V[live], np.ones((1, LONG_WINDOW), dtype=bool))
+    close(O, O_ref, call, atol=1e-8, rtol=1e-8, what="O", hint="memory is fine, but O is wrong on a long K")
+    close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
+
+
 # --- how the work is done (observed inside your process) -----------------------------------
 
 # Documents and windows whose tiles are mostly empty: (kv lengths, window, causal, Br, Bc).

@@ -1,6 +1,6 @@
 # drill: flashattention/block-mask
-# variant: kinds from one query-tile strip at a time, visible pairs counted per key tile with np.add.reduceat and compared with the tile's area; forward keeps a per-row logsumexp and normalised output merged with np.logaddexp
-"""Honest variant: strip-wise visible-pair counts for the kinds; an lse-tracking tiled forward."""
+# variant: kinds from strips of one query tile by eight key tiles, visible pairs counted per key tile with np.add.reduceat and compared with the tile's area; forward keeps a per-row logsumexp and normalised output merged with np.logaddexp
+"""Honest variant: visible-pair counts over strips of tiles for the kinds; an lse-tracking tiled forward."""
 
 import math
 
@@ -26,12 +26,16 @@ def block_kinds(q_doc, kv_doc, window, causal, Br, Bc):
     starts = np.arange(0, sk, Bc)
     widths = np.minimum(starts + Bc, sk) - starts
     kinds = np.empty((Tr, Tc), dtype=np.int64)
+    group = 8  # key tiles judged together: a strip of Br rows by 8·Bc keys, never all sk keys at once
     for i in range(Tr):
         r0, r1 = i * Br, min(sq, (i + 1) * Br)
-        strip = _visible(q_doc, kv_doc, window, causal, r0, r1, 0, sk, sk - sq)  # [<= Br, sk] booleans
-        count = np.add.reduceat(strip.sum(axis=0), starts)                        # visible pairs per key tile
-        area = (r1 - r0) * widths
-        kinds[i] = np.select([count == area, count > 0], [2, 1], default=0)
+        for t0 in range(0, Tc, group):
+            t1 = min(Tc, t0 + group)
+            c0, c1 = t0 * Bc, min(sk, t1 * Bc)
+            strip = _visible(q_doc, kv_doc, window, causal, r0, r1, c0, c1, sk - sq)  # [<= Br, <= 8·Bc] booleans
+            count = np.add.reduceat(strip.sum(axis=0), starts[t0:t1] - c0)            # visible pairs per key tile
+            area = (r1 - r0) * widths[t0:t1]
+            kinds[i, t0:t1] = np.select([count == area, count > 0], [2, 1], default=0)
     return kinds
 
 
