@@ -41,3 +41,14 @@ def test_views_of_views_log_rows_of_the_recorded_input():
 
 def test_a_conversion_logs_nothing():
     assert _log_of(["c", "views"], lambda c: np.asarray(c)[:5] @ np.ones(2)) == []
+
+
+def test_a_float_input_hands_out_its_values_only_through_logged_paths():
+    real = np.arange(40.0).reshape(20, 2)
+    (arr,), log = recording.wrap([real.copy()], {"0": "c"})
+    assert np.isnan(np.asarray(arr)).all()  # the memory itself: placeholders
+    assert np.array_equal(arr[3:5], real[3:5]) and np.array_equal(arr.T, real.T)
+    assert np.array_equal(arr.copy(), real) and np.array_equal(arr.astype(np.float32), real.astype(np.float32))
+    assert np.array_equal(arr * 2, real * 2) and np.array_equal(np.max(arr, axis=1), real.max(axis=1))
+    assert float(arr.sum()) == float(real.sum()) and arr.tolist() == real.tolist()
+    assert [entry[1:3] for entry in log][:2] == [(3, 5), (0, 20)]

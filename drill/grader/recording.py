@@ -12,8 +12,11 @@ logged again (element-by-element gathers of a row would otherwise fill the log).
 An array recorded with "views" (record={position: [name, "views"]}) logs uses, not slices:
 `c[a:b]` is a recording view of rows a..b that logs nothing until it is used, so a prefix
 sliced once and then used whole again and again shows every use.
-`np.asarray(K)` returns a plain view without telling anyone; the trusted side notices
-because the rows it then reads are never logged (every row of Q, K and V must be read).
+A float input's own memory holds placeholders (NaN); its values live beside it and reach the
+code only through the paths above, which log. A conversion that takes the memory itself
+(`np.asarray(K)`, `np.array(K)`, a buffer) gets the placeholders, so work done on it behind
+a loop of slices that fakes the log comes out NaN; the common methods that copy or reshape
+(`K.T`, `copy`, `astype`, `reshape`, `ravel`, `dot`, `tolist`, ...) hand out the values, logged.
 What is logged here informs the learner; it can fail a check, never pass one.
 """
 
@@ -28,8 +31,8 @@ _NO_DATA = {np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.shape, 
 
 class RecordingArray(np.ndarray):
     def __array_finalize__(self, parent):
-        # A new array made from a recording one by C code (copy, T, reshape, iteration):
-        # the parent was read whole; the new array records nothing itself.
+        # A new array made from a recording one by C code the methods below do not cover: the
+        # parent was read whole; the new array records nothing (and holds placeholders if sealed).
         log = getattr(parent, "_log", None)
         if log is not None:
             _whole(parent)
@@ -37,25 +40,83 @@ class RecordingArray(np.ndarray):
         self._name = ""
         self._offset = 0  # the row of the recorded input where this view starts
         self._views = False
+        self._values = None  # the real values, where this array's own memory holds placeholders
 
     def __getitem__(self, key):
-        plain = self.view(np.ndarray)
+        values = _values(self)
         if self._log is not None:
             start = _row_slice(self, key)
             if self._views and start is not None:
-                view = plain[key].view(RecordingArray)
+                view = self.view(np.ndarray)[key].view(RecordingArray)
                 view._log, view._name, view._views = self._log, self._name, True
-                view._offset = self._offset + start
+                view._offset, view._values = self._offset + start, values[key]
                 return view
             _rows(self, key)
-        return plain[key]
+        return values[key]
 
     def __setitem__(self, key, value):
-        self.view(np.ndarray)[key] = value  # writes into the caller's copy: not traffic we count
+        _values(self)[key] = value  # writes into the caller's copy: not traffic we count
 
     def __iter__(self):
         _whole(self)
-        return iter(self.view(np.ndarray))
+        return iter(_values(self))
+
+    def __repr__(self):
+        return repr(_values(self))
+
+    def __str__(self):
+        return str(_values(self))
+
+    # Methods that make a new array from the whole input: the values, logged as a whole read.
+    @property
+    def T(self):
+        return _plain(self).T
+
+    @property
+    def mT(self):
+        return _plain(self).mT
+
+    def transpose(self, *axes):
+        return _plain(self).transpose(*axes)
+
+    def reshape(self, *shape, **kwargs):
+        return _plain(self).reshape(*shape, **kwargs)
+
+    def copy(self, order="C"):
+        return _plain(self).copy(order)
+
+    def astype(self, *args, **kwargs):
+        return _plain(self).astype(*args, **kwargs)
+
+    def ravel(self, order="C"):
+        return _plain(self).ravel(order)
+
+    def flatten(self, order="C"):
+        return _plain(self).flatten(order)
+
+    def squeeze(self, axis=None):
+        return _plain(self).squeeze(axis)
+
+    def swapaxes(self, a, b):
+        return _plain(self).swapaxes(a, b)
+
+    def dot(self, other, out=None):
+        return _plain(self).dot(_plain(other), out)
+
+    def tolist(self):
+        return _plain(self).tolist()
+
+    def item(self, *args):
+        return _plain(self).item(*args)
+
+    def __float__(self):
+        return float(_plain(self))
+
+    def __int__(self):
+        return int(_plain(self))
+
+    def __bool__(self):
+        return bool(_plain(self))
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         kind = "pass" if ufunc is not np.matmul and method == "__call__" else "rows"
@@ -71,12 +132,17 @@ class RecordingArray(np.ndarray):
         return func(*args, **kwargs)
 
 
+def _values(array: RecordingArray) -> np.ndarray:
+    """The plain ndarray of the values behind a recording array (unlogged)."""
+    return array._values if array._values is not None else array.view(np.ndarray)
+
+
 def _plain(value, reads: bool = True, kind: str = "rows"):
     """The plain ndarray behind a recording one (logging a whole read); lists and tuples too."""
     if isinstance(value, RecordingArray):
         if reads and value._log is not None:
             _whole(value, "rows" if value._views else kind)  # a pass over a view is a pass over its rows only
-        return value.view(np.ndarray)
+        return _values(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_plain(v, reads, kind) for v in value)
     return value
@@ -142,7 +208,12 @@ def wrap(args: list, names: dict) -> tuple[list, list]:
         i = int(position)
         name, *flags = name if isinstance(name, list) else [name]
         if i < len(wrapped) and isinstance(wrapped[i], np.ndarray):
-            rec = wrapped[i].view(RecordingArray)
+            values = wrapped[i]
+            if values.dtype.kind == "f":  # sealed: its own memory holds placeholders
+                rec = np.full_like(values, np.nan).view(RecordingArray)
+                rec._values = values
+            else:
+                rec = values.view(RecordingArray)
             rec._log = log
             rec._name = str(name)
             rec._views = "views" in flags

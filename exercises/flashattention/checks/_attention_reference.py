@@ -344,6 +344,12 @@ SHAPES = {
 
 # --- how the work is done: rows of each input read, from the subject's recording arrays ---
 
+# For a NaN in the result of a call with recording inputs (record=...), whose memory holds NaN placeholders.
+WATCHED_VALUES_HINT = ("in this watched call the inputs' own memory holds NaN placeholders, and their values reach "
+                       "your code only through indexing, numpy functions and arithmetic: if the other checks pass, "
+                       "your code converted an input (np.asarray, np.array, a buffer); slice the arrays you were "
+                       "given instead. Otherwise the other checks name the mistake")
+
 _CONVERTED_HINT = ("slice the arrays you were given (K[j:j + Bc]): after np.asarray, np.array or .astype on a "
                    "whole input, its reads can no longer be counted")
 

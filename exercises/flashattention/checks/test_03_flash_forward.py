@@ -11,6 +11,7 @@ from drill import iocount
 from drill.grader.expect import Call, close, fail, matches, max_error
 
 from ._attention_reference import (
+    WATCHED_VALUES_HINT,
     LONG_BC,
     LONG_SK,
     LONG_SQ,
@@ -368,7 +369,8 @@ def test_streams_kv_blocks(sub, rng, case):
                             record={0: "Q", 1: "K", 2: "V"}, **kw)
     O, L = pair(outcome.result, call, "O, L", ((sq, d), (sq,)))
     O_ref, _ = attention(Q, K, V, causal, None)
-    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake")
+    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake",
+          nan_hint=WATCHED_VALUES_HINT)
     reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk}, {"Q": Br, "K": Bc, "V": Bc})
     check_reads_seen(call, reads, truncated)
     check_block_reads(call, reads, {"K": (Bc, "Bc"), "V": (Bc, "Bc"), "Q": (Br, "Br")})

@@ -11,6 +11,7 @@ from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, max_error, show
 
 from ._attention_reference import (
+    WATCHED_VALUES_HINT,
     LONG_BC,
     LONG_SK_BACKWARD,
     LONG_SLACK_BACKWARD,
@@ -350,7 +351,7 @@ def test_recomputes_in_blocks(sub, rng, causal):
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
     for got, want, name, shape in zip(result, p.reference(), NAMES, (p.Q.shape, p.K.shape, p.V.shape)):
         close(array(got, call, shape=shape, what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
-              hint="the other checks name the mistake")
+              hint="the other checks name the mistake", nan_hint=WATCHED_VALUES_HINT)
     reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk, "O": sq, "dO": sq},
                                          {"Q": Br, "K": Bc, "V": Bc, "O": Br, "dO": Br})
     check_reads_seen(call, reads, truncated)

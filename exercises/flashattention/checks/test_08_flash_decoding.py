@@ -10,7 +10,15 @@ import pytest
 from drill import iocount
 from drill.grader.expect import Call, close, fail, matches
 
-from ._attention_reference import attention, check_reads_seen, observed_call, pair, peak_bytes, quiet_call
+from ._attention_reference import (
+    WATCHED_VALUES_HINT,
+    attention,
+    check_reads_seen,
+    observed_call,
+    pair,
+    peak_bytes,
+    quiet_call,
+)
 from ._decode_reference import chunk_bounds, merge, partials
 
 O_ATOL, O_RTOL = 1e-10, 1e-9
@@ -260,7 +268,8 @@ def test_reads_a_chunk_at_a_time(sub, rng, name):
         shapes, what = ((n, sq, d), (n, sq)), "O_parts, L_parts"
     got = pair(outcome.result, call, what, shapes)
     for mine, ref, label in zip(got, want, what.split(", ")):
-        close(mine, ref, call, atol=1e-9, rtol=1e-9, what=label, hint="the other checks name the mistake")
+        close(mine, ref, call, atol=1e-9, rtol=1e-9, what=label, hint="the other checks name the mistake",
+              nan_hint=WATCHED_VALUES_HINT)
     reads, truncated = iocount.summarize(outcome.reads, {"K": sk, "V": sk})
     check_reads_seen(call, reads, truncated)
     for array_name, r in reads.items():

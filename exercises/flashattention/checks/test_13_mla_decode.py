@@ -10,7 +10,7 @@ import pytest
 from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, note
 
-from ._attention_reference import check_reads_seen, observed_call, peak_bytes, quiet_call
+from ._attention_reference import WATCHED_VALUES_HINT, check_reads_seen, observed_call, peak_bytes, quiet_call
 from ._mla_reference import Mla, default_scale, draw, naive, streamed
 
 ATOL, RTOL = 1e-10, 1e-9
@@ -277,7 +277,8 @@ def test_reads_cache_once(sub, rng):
     outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: ["c_kv", "views"], 3: ["k_rope", "views"]},
                             _hints=WARNING_HINTS, block=block)
     o = array(outcome.result, call, shape=(6, 8), what="o")
-    close(o, naive(x), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake")
+    close(o, naive(x), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
+          nan_hint=WATCHED_VALUES_HINT)
     reads, truncated = iocount.summarize(outcome.reads, {"c_kv": S, "k_rope": S}, blocks={"c_kv": block, "k_rope": block})
     check_reads_seen(call, {name: iocount.Reads(seq_len, r.rows, r.largest, min(r.covered, seq_len), r.passes)
                             for name, r in reads.items()}, truncated)

@@ -11,6 +11,7 @@ from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, note, show
 
 from ._attention_reference import (
+    WATCHED_VALUES_HINT,
     MEMORY_SIZE,
     check_block_reads,
     check_peak,
@@ -360,7 +361,8 @@ def _observe(sub, rng, case):
                             helper={"module": PROBE.stem, "spec": {"tile": [Br, Bc]}}, **kw)
     O, L = pair(outcome.result, call, "O, L", ((n, 5), (n,)))
     O_ref, _ = attention(Q, K, V, dense_mask(kv_doc, kv_doc, window, causal))
-    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake")
+    close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake",
+          nan_hint=WATCHED_VALUES_HINT)
     return call, n, kinds, outcome
 
 
