@@ -164,6 +164,5 @@ def test_the_numpy_solutions_and_two_variants_each_give_at_least_eight_mutants(n
     # The honest variants (tests/variants/) are mutated too: `drill dev mutants` grades them all.
     ex = catalog.resolve(number)
     variants = sorted((Path(__file__).parent / "variants" / ex.topic / ex.id).glob("*.py"))
-    assert len(variants) >= 2, ex.id
-    for variant in variants:
-        assert len(mutate.mutants(variant.read_text())) >= 8, variant.name
+    counts = {variant.name: len(mutate.mutants(variant.read_text())) for variant in variants}
+    assert sum(n >= 8 for n in counts.values()) >= 2 and all(counts.values()), counts
