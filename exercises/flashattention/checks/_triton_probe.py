@@ -31,17 +31,20 @@ GUARD = 1 << 17
 _ALLOCATORS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 # What a launcher may call on tensors: allocations, views, metadata, casts and copies. Every other
 # torch operation called from the user's file is recorded as computing (softmax, matmul, a
-# broadcast multiply and sum, a copy to NumPy or to a Python number, ...): the work is the kernels'.
+# broadcast multiply and sum, a copy to NumPy, a Python number or a string, the address of the
+# memory, ...): the work is the kernels'.
 _LAUNCHER_OPS = _ALLOCATORS | {
     "zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
     "tensor", "as_tensor", "arange",
     "__get__", "__set__", "dim", "ndimension", "size", "stride", "numel", "element_size", "is_contiguous",
-    "data_ptr", "storage_offset", "untyped_storage", "is_floating_point", "get_device", "__len__",
+    "storage_offset", "is_floating_point", "get_device", "__len__",
     "view", "view_as", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "expand_as", "flatten",
     "unflatten", "as_strided", "narrow", "select", "t", "movedim", "__getitem__", "__setitem__",
     "contiguous", "to", "float", "half", "bfloat16", "type", "cuda", "cpu", "detach", "clone", "copy_",
-    "fill_", "zero_", "requires_grad_", "__hash__", "__repr__", "__format__",
+    "fill_", "zero_", "requires_grad_", "__hash__",
 }
+# Attributes that hand out the memory itself (an address to read through ctypes, say).
+_RAW_ATTRIBUTES = {"__cuda_array_interface__", "__dlpack__"}
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
@@ -83,6 +86,8 @@ class PoisonAllocations(TorchFunctionMode):
             frame = frame.f_back
         mine = frame is not None and frame.f_code.co_filename == self.user_file
         name = getattr(func, "__name__", "")
+        if name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "") in _RAW_ATTRIBUTES:
+            name = func.__self__.__name__
         if mine and name not in _LAUNCHER_OPS and len(self.computed) < 20:
             self.computed.append(name)
         result = func(*args, **(kwargs or {}))
