@@ -52,3 +52,14 @@ def test_a_float_input_hands_out_its_values_only_through_logged_paths():
     assert np.array_equal(arr * 2, real * 2) and np.array_equal(np.max(arr, axis=1), real.max(axis=1))
     assert float(arr.sum()) == float(real.sum()) and arr.tolist() == real.tolist()
     assert [entry[1:3] for entry in log][:2] == [(3, 5), (0, 20)]
+
+
+def test_methods_written_in_c_and_copies_see_the_values_not_the_placeholders():
+    import copy
+
+    real = np.random.default_rng(0).normal(size=(20, 3))
+    (arr,), _ = recording.wrap([real.copy()], {"0": "c"})
+    assert arr.argmax() == real.argmax() and np.array_equal(arr.argsort(axis=1), real.argsort(axis=1))
+    assert np.array_equal(copy.deepcopy(arr), real) and np.array_equal(copy.copy(arr), real)
+    assert np.array_equal(arr.take([1, 4], axis=0), real[[1, 4]]) and arr.trace() == real.trace()
+    assert not hasattr(arr, "_values")  # the values are not an attribute of the array

@@ -12,8 +12,8 @@ logged again (element-by-element gathers of a row would otherwise fill the log).
 An array recorded with "views" (record={position: [name, "views"]}) logs uses, not slices:
 `c[a:b]` is a recording view of rows a..b that logs nothing until it is used, so a prefix
 sliced once and then used whole again and again shows every use.
-A float input's own memory holds placeholders (NaN); its values live beside it and reach the
-code only through the paths above, which log. A conversion that takes the memory itself
+A float input's own memory holds placeholders (NaN); its values are kept in this module, not
+on the array, and reach the code only through the paths above, which log. A conversion that takes the memory itself
 (`np.asarray(K)`, `np.array(K)`, a buffer) gets the placeholders, so work done on it behind
 a loop of slices that fakes the log comes out NaN; the common methods that copy or reshape
 (`K.T`, `copy`, `astype`, `reshape`, `ravel`, `dot`, `tolist`, ...) hand out the values, logged.
@@ -21,6 +21,8 @@ What is logged here informs the learner; it can fail a check, never pass one.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
@@ -40,7 +42,6 @@ class RecordingArray(np.ndarray):
         self._name = ""
         self._offset = 0  # the row of the recorded input where this view starts
         self._views = False
-        self._values = None  # the real values, where this array's own memory holds placeholders
 
     def __getitem__(self, key):
         values = _values(self)
@@ -48,8 +49,8 @@ class RecordingArray(np.ndarray):
             start = _row_slice(self, key)
             if self._views and start is not None:
                 view = self.view(np.ndarray)[key].view(RecordingArray)
-                view._log, view._name, view._views = self._log, self._name, True
-                view._offset, view._values = self._offset + start, values[key]
+                view._log, view._name, view._views, view._offset = self._log, self._name, True, self._offset + start
+                _seal(view, values[key])
                 return view
             _rows(self, key)
         return values[key]
@@ -109,6 +110,10 @@ class RecordingArray(np.ndarray):
     def item(self, *args):
         return _plain(self).item(*args)
 
+    @property
+    def flat(self):
+        return _plain(self).flat
+
     def __float__(self):
         return float(_plain(self))
 
@@ -117,6 +122,15 @@ class RecordingArray(np.ndarray):
 
     def __bool__(self):
         return bool(_plain(self))
+
+    def __copy__(self):
+        return _plain(self).copy()
+
+    def __deepcopy__(self, memo):
+        return _plain(self).copy()
+
+    def __reduce__(self):
+        return _plain(self).__reduce__()
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         kind = "pass" if ufunc is not np.matmul and method == "__call__" else "rows"
@@ -132,9 +146,24 @@ class RecordingArray(np.ndarray):
         return func(*args, **kwargs)
 
 
+# Methods written in C that read the memory itself: on a sealed array they work on the values.
+for _name in ("argmax", "argmin", "argsort", "argpartition", "nonzero", "searchsorted", "take", "repeat",
+              "compress", "diagonal", "trace", "cumprod", "ptp", "tobytes"):
+    setattr(RecordingArray, _name, lambda self, *args, _name=_name, **kwargs: getattr(_plain(self), _name)(*args, **kwargs))
+
+# The values behind sealed arrays, kept here rather than on the arrays: id -> (the array, its values).
+_sealed: dict = {}
+
+
+def _seal(array: RecordingArray, values: np.ndarray) -> None:
+    key = id(array)
+    _sealed[key] = (weakref.ref(array, lambda _, key=key: _sealed.pop(key, None)), values)
+
+
 def _values(array: RecordingArray) -> np.ndarray:
     """The plain ndarray of the values behind a recording array (unlogged)."""
-    return array._values if array._values is not None else array.view(np.ndarray)
+    entry = _sealed.get(id(array))
+    return entry[1] if entry is not None and entry[0]() is array else array.view(np.ndarray)
 
 
 def _plain(value, reads: bool = True, kind: str = "rows"):
@@ -211,7 +240,7 @@ def wrap(args: list, names: dict) -> tuple[list, list]:
             values = wrapped[i]
             if values.dtype.kind == "f":  # sealed: its own memory holds placeholders
                 rec = np.full_like(values, np.nan).view(RecordingArray)
-                rec._values = values
+                _seal(rec, values)
             else:
                 rec = values.view(RecordingArray)
             rec._log = log
