@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 try:  # in the subject: copied beside this file
-    from _triton_probe import Launches, PoisonAllocations, _as_array, guarded
+    from _triton_probe import Launches, Watch, _as_array, guarded
 except ImportError:  # on the trusted side, which imports seeded_inputs from here
-    from ._triton_probe import Launches, PoisonAllocations, _as_array, guarded
+    from ._triton_probe import Launches, Watch, _as_array, guarded
 
 
 def call(fn, args, kwargs, spec: dict, user_file: str):
@@ -34,7 +34,7 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
         values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=t_dtype)
         fill = math.nan if layout.get("guard", "nan") == "nan" else float(layout["guard"])
         tensors.append(guarded(values, values.shape, layout["stride"], fill))
-    poison = PoisonAllocations(user_file)
+    poison = Watch(user_file)
     with Launches(user_file) as launches, poison:
         out = fn(*tensors, *args[len(tensors):], **kwargs)
     observed = {"type": type(out).__name__, "overran": poison.overran(), "launches": launches.seen,

@@ -20,6 +20,7 @@ import sys
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Every output element is a weighted mean of rows of v, so |o| <= max|v| (a few units here):
 # this value can never be a real output, and it is exact in fp16, bf16 and fp32.
@@ -63,14 +64,55 @@ def guard_of(t: torch.Tensor) -> torch.Tensor:
     return flat[t.storage_offset() + span:]
 
 
+def _triton_dir() -> str:
+    try:
+        import triton
+
+        return os.path.dirname(triton.__file__)
+    except ImportError:
+        return "\0"  # no Triton: no frame is Triton's
+
+
+_TRITON_DIR = _triton_dir()
+_PROBES = os.path.dirname(os.path.abspath(__file__))  # where this file and the probes built on it sit
+
+
+def _is_probe(filename: str) -> bool:
+    """This file or a probe built on it (_*_probe.py beside it); the user's file may sit there too."""
+    base = os.path.basename(filename)
+    return base.startswith("_") and base.endswith("probe.py") and os.path.dirname(os.path.abspath(filename)) == _PROBES
+
+
+# aten operations that compute (seen below torch's Python layer, where DisableTorchFunction does not reach).
+_ATEN_COMPUTE = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "einsum", "tensordot",
+                 "_softmax", "softmax", "_log_softmax", "log_softmax", "logsumexp", "exp", "exp_", "exp2", "expm1",
+                 "log", "mul", "mul_", "div", "div_", "add", "add_", "sub", "sub_", "sum", "mean", "amax", "amin",
+                 "max", "min", "where", "masked_fill", "masked_fill_", "pow", "sqrt", "rsqrt", "reciprocal",
+                 "cumsum", "cumprod", "prod", "lerp", "addcmul", "addcdiv"}
+_ATEN_COMPUTE_PREFIXES = ("_scaled_dot_product", "scaled_dot_product", "_flash_attention", "_efficient_attention")
+
+
+def _users_doing(frame, entry) -> bool:
+    """True unless the call came from Triton (a launch, the interpreter) or from the probe's own
+    helpers: everything else run under the user's function is the user's doing, however it was
+    called (a trampoline in functools, code compiled under another file name)."""
+    while frame is not None and frame.f_code is not entry:
+        name = frame.f_code.co_filename
+        if name.startswith(_TRITON_DIR) or _is_probe(name):
+            return False
+        frame = frame.f_back
+    return True
+
+
 class PoisonAllocations(TorchFunctionMode):
     """Swap every uninitialised float tensor the user's file allocates for a poisoned, guarded one,
     and record the torch operations the file calls that a launcher has no use for (_LAUNCHER_OPS).
 
     torch.empty hands back whatever memory was free, which may hold an earlier answer;
     POISON makes rows the kernel never writes visible, and the guard after the buffer
-    shows a store past its end. Only calls made directly from the user's file count. One
-    mode does both: a second mode would see the first one's frame as the caller.
+    shows a store past its end. Every call made under the user's function counts unless it
+    came from Triton or from the probe (see _users_doing). `Watch` adds what this mode
+    cannot see.
     """
 
     def __init__(self, user_file: str):
@@ -78,13 +120,14 @@ class PoisonAllocations(TorchFunctionMode):
         self.user_file = user_file
         self.made: list[torch.Tensor] = []
         self.computed: list[str] = []
+        self.entry = None  # the code of the probe function that calls the user's
+
+    def __enter__(self):
+        self.entry = self.entry or sys._getframe(1).f_code
+        return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        # The caller, past torch's own Python layers (F.softmax calls Tensor.softmax from functional.py).
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
-            frame = frame.f_back
-        mine = frame is not None and frame.f_code.co_filename == self.user_file
+        mine = _users_doing(sys._getframe(1), self.entry)
         name = getattr(func, "__name__", "")
         if name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "") in _RAW_ATTRIBUTES:
             name = func.__self__.__name__
@@ -99,6 +142,62 @@ class PoisonAllocations(TorchFunctionMode):
 
     def overran(self) -> bool:
         return any(bool((guard_of(t) != POISON).any()) for t in self.made)
+
+
+class _ComputeBelow(TorchDispatchMode):
+    """The aten operations that compute, as the dispatcher runs them: torch._C.DisableTorchFunction
+    turns the torch-function mode off, not this one."""
+
+    def __init__(self, owner: "Watch"):
+        super().__init__()
+        self.owner = owner
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(getattr(func, "__name__", func)).split(".")[0]
+        if ((name in _ATEN_COMPUTE or name.startswith(_ATEN_COMPUTE_PREFIXES))
+                and _users_doing(sys._getframe(1), self.owner.poison.entry)):
+            self.owner.note(f"aten.{name}")
+        return func(*args, **(kwargs or {}))
+
+
+class Watch:
+    """PoisonAllocations, the aten operations below it, and any thread started during the call
+    (modes are per thread): everything the user's launcher computes beside its kernels."""
+
+    def __init__(self, user_file: str):
+        self.poison = PoisonAllocations(user_file)
+        self.below = _ComputeBelow(self)
+        self.computed = self.poison.computed
+        self._start = None
+
+    def note(self, name: str) -> None:
+        if len(self.computed) < 20:
+            self.computed.append(name)
+
+    def overran(self) -> bool:
+        return self.poison.overran()
+
+    def __enter__(self):
+        import threading
+
+        self.poison.entry = sys._getframe(1).f_code
+        self._start, watch = threading.Thread.start, self
+
+        def start(thread, *args, **kwargs):
+            watch.note("a thread")
+            return watch._start(thread, *args, **kwargs)
+
+        threading.Thread.start = start
+        self.below.__enter__()
+        self.poison.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        import threading
+
+        self.poison.__exit__(*exc)
+        self.below.__exit__(*exc)
+        threading.Thread.start = self._start
 
 
 def _kernel_classes() -> list:
@@ -191,7 +290,7 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
         values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
         fill = math.nan if layout.get("guard") == "nan" else float(layout.get("guard", 0.0))
         tensors.append(guarded(values, values.shape, layout["stride"], fill))
-    poison = PoisonAllocations(user_file)
+    poison = Watch(user_file)
     with Launches(user_file) as launches, poison:
         out = fn(*tensors, *args[len(tensors):], **kwargs)
     plain = type(out) is torch.Tensor  # a subclass's methods could say anything: it does not cross
