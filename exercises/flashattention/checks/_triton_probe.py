@@ -46,7 +46,6 @@ _LAUNCHER_OPS = _ALLOCATORS | {
 }
 # Attributes that hand out the memory itself (an address to read through ctypes, say).
 _RAW_ATTRIBUTES = {"__cuda_array_interface__", "__dlpack__"}
-_TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 def guarded(t: torch.Tensor, shape, stride, fill: float) -> torch.Tensor:
