@@ -231,14 +231,14 @@ _PARTIALS: dict = {}
 PARTIALS_KEPT_BYTES = 8 << 20  # small decodes keep their scratch: at batch 1 its allocation is host time
 
 
-def _partials(device, B: int, Hq: int, splits: int, D: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _partials(device, B: int, Hq: int, splits: int, D: int, captured: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(part_o [B, Hq, splits, D], part_l [B, Hq, splits]) fp32 scratch for the split kernel. Up to
     PARTIALS_KEPT_BYTES it is kept per (device, stream, shape) and reused: calls on one stream run in
     order, so a call never overwrites partials the previous one still reads, and each stream has
     its own. Two allocations cost ~7 µs of a ~45 µs batch-1 call. A call being captured into a CUDA
     graph allocates its own (the graph's pool keeps them for its replays)."""
     n = B * Hq * splits
-    if device.type != "cuda" or n * (D + 1) * 4 > PARTIALS_KEPT_BYTES or torch.cuda.is_current_stream_capturing():
+    if device.type != "cuda" or n * (D + 1) * 4 > PARTIALS_KEPT_BYTES or captured:
         return (torch.empty((B, Hq, splits, D), dtype=torch.float32, device=device),
                 torch.empty((B, Hq, splits), dtype=torch.float32, device=device))
     key = (device, torch._C._cuda_getCurrentRawStream(device.index), B, Hq, splits, D)
@@ -251,22 +251,27 @@ def _partials(device, B: int, Hq: int, splits: int, D: int) -> tuple[torch.Tenso
     return kept
 
 
-def _locks(device, n: int) -> torch.Tensor:
+def _locks(device, n: int, captured: bool) -> torch.Tensor:
     """Per-(sequence, KV head) arrival counters, zero between calls (the last program resets its
-    own). One buffer per device: concurrent calls on different streams must not share it."""
-    size, buf = _LOCKS.get(device, (0, None))
+    own). Calls on one stream run in order and may share a buffer; calls on two streams may overlap,
+    so each stream has its own. A call being captured into a CUDA graph gets a fresh zeroed one: a
+    replay may run beside eager calls on any stream."""
+    if device.type != "cuda" or captured:
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    key = (device, torch._C._cuda_getCurrentRawStream(device.index))
+    size, buf = _LOCKS.get(key, (0, None))
     if size < n:
         size = max(n, 1024)
         buf = torch.zeros(size, dtype=torch.int32, device=device)
-        _LOCKS[device] = (size, buf)
+        _LOCKS[key] = (size, buf)
     return buf
 
 
-def _launch_split(cfg, grid_args, part_o, part_l, o, lse, num_splits, fused):
+def _launch_split(cfg, grid_args, part_o, part_l, o, lse, num_splits, fused, captured):
     (q, k, v, seq_lens, table, strides, scale, hkv, group, group_pad, D, paged, page, ieee) = grid_args
     block_n, warps, stages = cfg
     B = q.shape[0]
-    locks = _locks(q.device, B * hkv) if fused else seq_lens  # LOCKS is never touched unfused
+    locks = _locks(q.device, B * hkv, captured) if fused else seq_lens  # LOCKS is never touched unfused
     _launch_split_kernel(
         (num_splits, B * hkv), q, k, v, seq_lens, table, part_o, part_l, o, o if lse is None else lse, locks,
         *strides, o.stride(0), o.stride(1), scale, num_splits, hkv,
@@ -307,11 +312,14 @@ def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_l
     sms = _sm_count(q.device)
     o = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device) if return_lse else None
+    # A call being captured into a CUDA graph is replayed without the host: it takes the pick by GPU
+    # time. An eager call also pays its launches, which at batch 1 cost more than the kernels.
+    captured = q.is_cuda and torch.cuda.is_current_stream_capturing()
 
     def run(cfg, splits, fused=False):
         fused = fused and splits <= MAX_FUSED_SPLITS
-        part_o, part_l = _partials(q.device, B, Hq, splits, D)
-        _launch_split(cfg, grid_args, part_o, part_l, o, lse, splits, fused)
+        part_o, part_l = _partials(q.device, B, Hq, splits, D, captured)
+        _launch_split(cfg, grid_args, part_o, part_l, o, lse, splits, fused, captured)
         if not fused:
             _launch_merge_kernel((B * Hq,), part_o, part_l, o, o if lse is None else lse, splits, o.stride(0),
                                  o.stride(1), Hq, D, min(32, pow2(splits)), lse is not None, num_warps=4)
@@ -322,9 +330,6 @@ def forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_l
         LAST.update(config=cfg, num_splits=splits, fused=FUSED_MERGE)
         run(cfg, splits, FUSED_MERGE)
         return (o, lse) if return_lse else o
-    # A call being captured into a CUDA graph is replayed without the host: it takes the pick by GPU
-    # time. An eager call also pays its launches, which at batch 1 cost more than the kernels.
-    captured = q.is_cuda and torch.cuda.is_current_stream_capturing()
     key = (D, group_pad, q.dtype, paged, B * hkv, pow2(max_len), num_splits, captured)
     choice = _TUNED.get(key)
     if choice is None:
