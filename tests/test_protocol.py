@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -79,6 +81,39 @@ def test_a_triton_compile_error_keeps_the_compilers_message():
     error = CompilationError("at 46:37:\n    acc += tl.dot(p, v)\n           ^\nValueError('shapes do not match')")
     text = subject._first_line(error)
     assert text.startswith("ValueError('shapes do not match')") and "46:37" in text and "tl.dot" in text
+
+
+def test_a_triton_compile_error_in_a_helper_names_the_helpers_line_and_the_cause():
+    """Triton wraps an error inside a called @triton.jit helper once per call level; the outer
+    wrapper ends at the call's caret. The message must come from the innermost one."""
+    class CompilationError(Exception):
+        pass
+
+    inner = CompilationError("at 12:8:\ndef _step(q, k):\n    s = tl.dot(q, tl.trans(k))\n        ^\n"
+                             "Both operands must be same dtype. Got fp32 and bf16")
+    inner.__cause__ = AssertionError("Both operands must be same dtype. Got fp32 and bf16")
+    outer = CompilationError("at 44:21:\n    for start_m in range(0, S, BLOCK_M):\n"
+                             "        dk, dv = _step(q, k)\n                 ^")
+    outer.__cause__ = inner
+    text = subject._first_line(outer)
+    assert text.startswith("Both operands must be same dtype. Got fp32 and bf16"), text
+    assert "at 12:8" in text and "tl.dot(q, tl.trans(k))" in text, text
+    bare = CompilationError("at 3:4:\n    x = f(y)\n    ^")  # no message: the cause has it
+    bare.__cause__ = TypeError("f() takes 0 positional arguments")
+    assert subject._first_line(bare).startswith("f() takes 0 positional arguments"), subject._first_line(bare)
+
+
+def test_a_real_nested_triton_compile_error_reads_as_its_cause():
+    """The same with Triton's own exception, compiled for sm_90 (no GPU needed) in a child process
+    without TRITON_INTERPRET: a bf16 tile times an fp32 one inside a helper."""
+    pytest.importorskip("triton")
+    kernel = Path(__file__).with_name("triton_nested_error_kernel.py")
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    proc = subprocess.run([sys.executable, str(kernel), str(_spec.origin)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    text = proc.stdout.strip()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert text.startswith("Both operands must be same dtype") and "tl.dot" in text, text
 
 
 class _Trickle(io.RawIOBase):

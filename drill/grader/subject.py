@@ -175,11 +175,27 @@ def _first_line(exc: BaseException) -> str:
     if not lines:
         return ""
     if "CompilationError" in type(exc).__name__ and len(lines) > 1:
-        # Triton: "at 46:37:", the kernel's source, a caret, then the compiler's own message.
-        where = lines[0].rstrip(":")
-        return f"{lines[-1].strip()[:400]} ({where} of the @triton.jit function: {lines[-3].strip()[:120]})" \
-            if len(lines) >= 3 else f"{lines[-1].strip()[:400]} ({where})"
+        return _triton_compile_error(exc)
     return lines[0][:500]
+
+
+def _triton_compile_error(exc: BaseException) -> str:
+    """Triton's CompilationError reads "at 46:37:", the kernel's source, a caret, then the
+    compiler's message. An error inside a called @triton.jit helper comes wrapped once per call
+    level, each wrapper ending at the call's caret: the innermost one says where and what."""
+    chain = [exc]
+    while isinstance(chain[-1].__cause__, BaseException) and len(chain) < 32:
+        chain.append(chain[-1].__cause__)
+    inner = [e for e in chain if "CompilationError" in type(e).__name__][-1]
+    lines = [line for line in str(inner).strip().splitlines() if line.strip()]
+    where = lines[0].rstrip(":")
+    message = lines[-1].strip()
+    if message == "^":  # no message of its own: the exception under it has it
+        below = chain[chain.index(inner) + 1:]
+        message = next((_first_line(e) for e in below if _first_line(e)), "")
+    caret = next((i for i in range(len(lines) - 1, 0, -1) if lines[i].strip() == "^"), None)
+    source = lines[caret - 1].strip()[:120] if caret else ""
+    return f"{message[:400]} ({where} of the @triton.jit function{': ' + source if source else ''})"
 
 
 # --- torch exercises: arrays become tensors on the way in, tensors arrays on the way out ---
