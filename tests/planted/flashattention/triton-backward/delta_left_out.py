@@ -176,7 +176,7 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None):
         # The dK/dV kernel keeps two [BLOCK_N, D] fp32 accumulators and streams thin query
         # blocks; the dQ kernel keeps one [BLOCK_M, D] and streams thin key blocks.
         KV_BLOCKS, Q_BLOCKS = (32, 64), (64, 32)  # (BLOCK_M, BLOCK_N) of each kernel
-        num_warps, num_stages = (4, 2) if D <= 64 else (8, 2)
+        num_warps, num_stages = (4, 2) if D <= 64 else (8, 1)
     else:  # the Triton interpreter: small, unequal blocks
         KV_BLOCKS, Q_BLOCKS = (16, 32), (32, 16)
         num_warps, num_stages = 4, 1

@@ -43,7 +43,7 @@ def _dkdv_step(q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
     rows = start_m + tl.arange(0, BLOCK_M)
     live = rows < S
     q = tl.load(q_base + rows[:, None] * stride_qs + c[None, :], mask=live[:, None], other=0.0)
-    q = q * sm_scale
+    q = (q * sm_scale).to(k.dtype)  # back to the input dtype: tl.dot takes equal operand types
     do = tl.load(do_base + rows[:, None] * stride_dos + c[None, :], mask=live[:, None], other=0.0)
     lse = tl.load(lse_base + rows, mask=live, other=0.0)
     dlt = tl.load(delta_base + rows, mask=live, other=0.0)
@@ -151,7 +151,7 @@ def _bwd_dq_kernel(
     live = rows < S
     q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + c[None, :],
                 mask=live[:, None], other=0.0)
-    q = q * sm_scale
+    q = (q * sm_scale).to(Q.dtype.element_ty)  # back to the input dtype: tl.dot takes equal operand types
     do = tl.load(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dos + c[None, :],
                  mask=live[:, None], other=0.0)
     lse = tl.load(LSE + b * stride_lb + h * stride_lh + rows, mask=live, other=0.0)
@@ -200,7 +200,7 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=False, sm_scale=None):
 
     if q.is_cuda:
         KV_BLOCKS, Q_BLOCKS = (32, 64), (64, 32)
-        num_warps, num_stages = (4, 2) if D <= 64 else (8, 2)
+        num_warps, num_stages = (4, 2) if D <= 64 else (8, 1)
     else:
         KV_BLOCKS, Q_BLOCKS = (16, 32), (32, 16)
         num_warps, num_stages = 4, 1
