@@ -9,6 +9,7 @@ back at most eight:
     report.md     every step's markdown section, in order (tables ready for BENCHMARKS.md)
     results.json  every step's status, seconds and data
     pytest.log    the full output of `pytest -m gpu tests`
+    triton_files.log  the Triton variants and attack files graded compiled (triton_files)
     flex_warm.log FlexAttention compiled ahead in a background process (flash_bench)
     features.json the flash_features step's rows (GQA, layouts, fp32, pinned variants)
     peers.json    the peers step's counts and every case's outcome
@@ -104,16 +105,26 @@ def step_env(ctx: Context) -> StepResult:
 
 def step_tests(ctx: Context) -> StepResult:
     """`pytest -m gpu tests`: every GPU test of the project (xdist spreads the compiles)."""
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", *ctx.args.tests.split(","), "-q", "-rfE", "--no-header",
-           "-p", "no:randomly", "--continue-on-collection-errors"]
+    return _pytest(ctx, ["-m", "gpu", *ctx.args.tests.split(",")], "pytest.log")
+
+
+def step_triton_files(ctx: Context) -> StepResult:
+    """The Triton exercises' must-pass variants and attack files graded compiled on this GPU (on a
+    CPU they run under the interpreter, which accepts kernels the compiler refuses)."""
+    return _pytest(ctx, ["tests/test_variants.py", "tests/test_redteam.py", "-k", "triton"], "triton_files.log")
+
+
+def _pytest(ctx: Context, selection: list[str], log_name: str) -> StepResult:
+    cmd = [sys.executable, "-m", "pytest", *selection, "-q", "-rfE", "--no-header", "-p", "no:randomly",
+           "--continue-on-collection-errors"]
     try:
         import xdist  # noqa: F401
 
         cmd += ["-n", str(ctx.args.test_workers)]
     except ImportError:
         pass
-    ctx.log("tests: " + " ".join(cmd))
-    log_path = ctx.out / "pytest.log"
+    ctx.log("pytest: " + " ".join(cmd))
+    log_path = ctx.out / log_name
     t0 = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -400,6 +411,7 @@ STEPS: list[tuple[str, Callable[[Context], StepResult], bool]] = [
     ("env", step_env, True),
     ("sandbox_cuda", step_sandbox_cuda, True),
     ("tests", step_tests, True),
+    ("triton_files", step_triton_files, True),
     ("sweep", step_sweep, False),
     ("flash_features", step_flash_features, True),
     ("flash_bench", step_flash_bench, True),
