@@ -13,6 +13,7 @@ and the launch's constexprs and options. Prints one JSON line per distinct kerne
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import sys
 from types import SimpleNamespace
@@ -67,7 +68,9 @@ def record_launches(module, entry: str, args: tuple, kwargs: dict) -> list[tuple
 def compile_launch(fn: JITFunction, args: tuple, kwargs: dict) -> None:
     options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
     names = [p.name for p in fn.params]
-    values = dict(zip(names, args)) | kwargs
+    defaults = {n: q.default for n, q in inspect.signature(fn.fn).parameters.items()
+                if q.default is not inspect.Parameter.empty}
+    values = defaults | dict(zip(names, args)) | kwargs
     constexprs = {p.name: values[p.name] for p in fn.params if p.is_constexpr and p.name in values}
     signature = {n: "constexpr" if n in constexprs else _arg_type(values[n]) for n in names}
     triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32), options=options)
