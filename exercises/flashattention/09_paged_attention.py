@@ -12,11 +12,15 @@ table of virtual memory:
     seq_lens          int [B]              cached keys of sequence b (>= 1)
 
 Key t of sequence b (t < seq_lens[b]) lives in physical page block_table[b, t // page_size]
-at slot t % page_size. The new token's own key is already in the cache, so every
-query sees all seq_lens[b] keys (no causal mask).
+at slot t % page_size (page_size is any positive integer, not only a power of two). The
+new token's own key is already in the cache, so every query sees all seq_lens[b] keys
+(no causal mask).
 
     q  [B, Hq, d]   one new token per sequence, Hq query heads
     o  [B, Hq, d]   its attention output
+
+The scores q·k are multiplied by scale, 1/sqrt(d) when scale is None; any other value is
+used as given, 0.0 included (every live key then weighs the same).
 
 Grouped-query attention: Hq is a multiple of Hkv, and query head h reads KV head
 h // (Hq // Hkv): consecutive query heads share one KV head. Hkv = 1 is
@@ -25,6 +29,12 @@ multi-query attention (every query head reads the one KV head).
 Anything outside the live cache may hold garbage, NaN included: slots past seq_len in
 a sequence's last page, and pages that no sequence references. Several sequences may
 point at the same physical pages (a shared prompt prefix).
+
+Only the pages that hold a sequence's keys are to be read, and some checks watch which
+pages of k_pages and v_pages your code reads. Index the pools you are given by page
+(k_pages[pages], k_pages[p, :rows]): a reshape, numpy function or conversion of a whole
+pool (k_pages.reshape(-1, Hkv, d), np.take(k_pages, ...), np.asarray(k_pages)) reads every
+page, and those checks then fail.
 
 Check your work:  drill check 09_paged_attention.py
 """

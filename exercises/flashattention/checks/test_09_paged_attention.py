@@ -7,7 +7,7 @@ import pytest
 
 from drill.grader.expect import Call, array, close, fail, matches
 
-from ._attention_reference import peak_bytes, quiet_call
+from ._attention_reference import WATCHED_VALUES_HINT, observed_call, peak_bytes, quiet_call
 from ._paged_reference import Pool, build_pool, gathered, probe, reference
 
 ATOL, RTOL = 1e-10, 1e-9
@@ -53,9 +53,17 @@ def diagnose(sub, q, pool, scale, o, rng) -> str:
         return (f"query head h read KV head h % Hkv; with groups of {group} consecutive query heads it is "
                 f"h // (Hq // Hkv): heads 0..{group - 1} share KV head 0")
     d = q.shape[2]
-    for wrong, hint in ([(1.0, "the scores were not scaled (scale = 1/√d when scale is None)"),
-                         (1.0 / d, "the default scale is 1/√d, not 1/d")] if scale is None else
-                        [(None, "the scale argument was ignored: use it when it is given")]):
+    if scale is None:
+        wrongs = [(1.0, "the scores were not scaled (scale = 1/√d when scale is None)"),
+                  (1.0 / d, "the default scale is 1/√d, not 1/d")]
+        wrongs += [(1.0 / np.sqrt(other), f"the default scale is 1/√d with this call's d = {d}, not 1/√{other}: "
+                                          "take d from q.shape") for other in (8, 16, 64, 128) if other != d]
+    elif scale == 0:
+        wrongs = [(None, "scale=0.0 was replaced by the default 1/√d (`scale or 1/√d` treats 0.0 as missing): "
+                         "test `scale is None`; with scale 0 every live key weighs the same")]
+    else:
+        wrongs = [(None, "the scale argument was ignored: use it when it is given")]
+    for wrong, hint in wrongs:
         if matches(o, reference(q, pool, wrong), atol=1e-8):
             return hint
     # Run again on a pool whose poison is finite, so a wrong read shows as a value, not NaN.
@@ -110,16 +118,18 @@ def check_paged(sub, rng, q, pool, scale=None, atol=ATOL):
 
 
 def test_one_sequence(sub, rng):
-    """One sequence with its pages in order matches attention over its cached keys"""
-    pool = build_pool(rng, [37], 8, 2, 8, spare=0, shuffle=False, poison=0.0)
-    check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
+    """One sequence with its pages in order matches attention over its cached keys, for head dims d = 8, 16 and 5"""
+    for d in (8, 16, 5):
+        pool = build_pool(rng, [37], 8, 2, d, spare=0, shuffle=False, poison=0.0)
+        check_paged(sub, rng, _queries(rng, 1, 4, d), pool)
 
 
 def test_page_boundaries(sub, rng):
-    """seq_len just below, at and just past a page boundary"""
-    for n in (15, 16, 17, 1, 32, 33):
-        pool = build_pool(rng, [n], 16, 2, 8)
-        check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
+    """seq_len just below, at and just past a page boundary, for page sizes 16, 12 and 5"""
+    for ps, lens in [(16, (15, 16, 17, 1, 32, 33)), (12, (11, 12, 13, 24, 25)), (5, (4, 5, 6, 10, 11))]:
+        for n in lens:
+            pool = build_pool(rng, [n], ps, 2, 8)
+            check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
 
 
 def test_partial_last_page_poisoned(sub, rng):
@@ -143,9 +153,9 @@ def test_pages_out_of_order(sub, rng):
 
 
 def test_very_different_lengths(sub, rng):
-    """Sequences of very different lengths (1 to 300 keys) in one batch"""
-    pool = build_pool(rng, [1, 300, 17, 2, 64], 16, 2, 8)
-    check_paged(sub, rng, _queries(rng, 5, 4, 8), pool)
+    """Sequences of very different lengths (1 to 1500 keys) in one batch"""
+    pool = build_pool(rng, [1, 300, 17, 2, 1500, 64], 16, 2, 8)
+    check_paged(sub, rng, _queries(rng, 6, 4, 8), pool)
 
 
 def test_shared_prefix(sub, rng):
@@ -170,9 +180,9 @@ def test_mqa(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d"""
+    """An explicit scale replaces 1/√d, 0.0 included"""
     pool = build_pool(rng, [20, 11], 8, 2, 8)
-    for scale in (0.37, 2.0):
+    for scale in (0.37, 2.0, 0.0):
         check_paged(sub, rng, _queries(rng, 2, 4, 8), pool, scale=scale)
 
 
@@ -255,6 +265,62 @@ def test_wide_block_table_memory(sub, rng):
     o = array(result, call, shape=(2, 2, d), what="o")
     close(o, reference(q, pool), call, atol=ATOL, rtol=RTOL, what="o",
           hint="memory is fine, but o is wrong; the other checks name the mistake")
+
+# --- which pages are read (observed inside your process) ----------------------------------------
+
+
+def _pool_between_spares(rng, lens, ps, hkv, d, front, back) -> Pool:
+    """A pool whose referenced pages are physical pages front .. front + live - 1 (in shuffled
+    order), between unreferenced pages of finite garbage: front of them first, back of them last
+    (the last is what a -1 table entry reads). A read of any unreferenced page shows in the log
+    as a row outside that range, whatever the indices' order."""
+    inner = build_pool(rng, lens, ps, hkv, d, spare=0, poison="draws")
+    k, v = ((np.concatenate([rng.normal(size=(front, ps, hkv, d)), arr, rng.normal(size=(back, ps, hkv, d))])
+             for arr in (inner.k_pages, inner.v_pages)))
+    table = np.where(inner.block_table >= 0, inner.block_table + front, -1)
+    return Pool(k, v, table, inner.seq_lens, inner.keys, inner.values)
+
+
+@pytest.mark.observed
+def test_reads_only_referenced_pages(sub, rng):
+    """Only the pages a sequence references are read: no unreferenced page, no page a -1 table entry points at"""
+    ps, hkv, d, front, back = 8, 2, 8, 3, 3
+    pool = _pool_between_spares(rng, [32, 21, 8, 45], ps, hkv, d, front, back)  # 32 and 8 end on a page boundary
+    num_pages = pool.k_pages.shape[0]
+    lo, hi = front, num_pages - back  # the referenced pages
+    q = _queries(rng, 4, 4, d)
+    call = Call("paged_decode", f"q[4x4x{d}], {pool.describe()}")
+    outcome = observed_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
+                            pool.block_table.copy(), pool.seq_lens.copy(), record={1: "k_pages", 2: "v_pages"},
+                            _hints=WARNING_HINTS)
+    for entry in outcome.reads or []:
+        if not (isinstance(entry, list) and len(entry) in (4, 5) and entry[0] in ("k_pages", "v_pages")):
+            continue
+        name, start, stop, rows = entry[:4]
+        if lo <= start < stop <= hi:
+            continue
+        # A gather logs its smallest and largest page; a negative index (-1) is logged wrapped, as
+        # the pool's last page, so the entry then starts at num_pages - 1.
+        where = f"{name}[{start}:{stop}]" if start < stop else f"{name}[-1] (page {start}) among others"
+        if start <= 0 and stop >= num_pages:
+            hint = (f"all of {name} was used at once ({name}.reshape, {name}[:, ...], a numpy function over the "
+                    "whole pool): the pool holds every sequence's pages and pages no one references; gather "
+                    f"sequence b's pages by number, {name}[block_table[b, :ceil(seq_len / page_size)]]")
+        elif start == num_pages - 1 or stop == num_pages:
+            hint = ("the pool's last page was read, which no sequence references: a -1 entry of the block table "
+                    f"indexes {name}[-1]. Use only the first ceil(seq_len / page_size) entries (a seq_len that "
+                    "is a multiple of page_size needs no page past its last full one)")
+        else:
+            hint = ("a page no sequence references was read: use only the pages block_table[b, :ceil(seq_len / "
+                    "page_size)] names")
+        fail(f"pages of {name} outside the block tables were read (observed)", called=str(call),
+             got=f"{where} read ({rows} page{'s' if rows != 1 else ''} in that access)",
+             expected=f"only pages {lo} .. {hi - 1}, the ones the block table names; pages 0 .. {lo - 1} and "
+                      f"{hi} .. {num_pages - 1} are referenced by no sequence", hint=hint)
+    o = array(outcome.result, call, shape=(4, 4, d), what="o")
+    close(o, reference(q, pool), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
+          nan_hint=WATCHED_VALUES_HINT)
+
 
 def _reference_from_arrays(q, k_pages, v_pages, block_table, seq_lens, scale=None):
     """The reference for a call given as the arrays paged_decode takes (the keys read back from the

@@ -4,7 +4,7 @@
 # expect-fail: seq_len just below, at and just past a page boundary
 # expect-fail: NaN in the unused slots of each sequence's last page never reaches the result
 # expect-fail: The block table maps logical pages to physical pages in any order
-# expect-fail: Sequences of very different lengths (1 to 300 keys) in one batch
+# expect-fail: Sequences of very different lengths (1 to 1500 keys) in one batch
 # expect-fail: Several sequences share the physical pages of a common prompt prefix
 # expect-fail: GQA: query head h reads KV head h // (Hq // Hkv), for groups of 2, 4 and 8
 # expect-fail: An explicit scale replaces 1/√d
