@@ -23,16 +23,18 @@ Each chunk is normalised by its own max and sum: a GPU thread block cannot see t
 other chunks. An empty chunk, or a row that sees no key of the chunk (causal), gives
 O = 0 and L = -inf, with no NaN and no numpy warning.
 
-flash_decode merges the partials into (o [sq, d], lse [sq]): full attention.
+flash_decode merges the partials into (o [sq, d], lse [sq]): full attention. It splits
+K and V into the same num_splits chunks as split_kv_partials (calling it is the simple way).
 
 Causal is aligned bottom-right as in exercise 03: query i sees keys j <= i + (sk - sq).
 
 Example: sk = 10, num_splits = 4 gives chunks [0:3], [3:6], [6:9], [9:10];
          sk = 3,  num_splits = 5 gives [0:1], [1:2], [2:3] and two empty chunks.
 
-Some checks watch which rows of K and V your code reads, block by block. Slice the
-arrays you are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K)
-hides the reads, and those checks then fail.
+Some checks watch which rows of K and V your code reads, block by block: every read must
+lie inside one chunk (reading a chunk in smaller pieces is fine). Slice the arrays you
+are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K) hides the
+reads, and those checks then fail.
 
 Check your work:  drill check 08_flash_decoding.py
 """

@@ -250,37 +250,75 @@ def test_explicit_scale(sub, rng):
         check_decode(sub, q, K, V, 4, scale=scale)
 
 
+# Watched calls (query rows, keyword arguments): the plain case, then each argument a shortcut
+# could hide behind (causal, an explicit scale, one query row: the decode step itself), then all.
+READ_CASES = [(3, {}), (4, {"causal": True}), (2, {"scale": 0.61}), (1, {}), (7, {"causal": True, "scale": 1.3})]
+
+
+def _straddling_read(log, lengths: dict[str, int], chunk: int):
+    """The first recorded read of rows that crosses a chunk boundary: (name, start, stop), or None."""
+    for entry in log or []:
+        if not (isinstance(entry, (list, tuple)) and len(entry) in (4, 5)):
+            continue
+        name, start, stop, rows = entry[:4]
+        kind = entry[4] if len(entry) == 5 else "rows"
+        if kind != "rows" or name not in lengths or rows == -1:
+            continue
+        if not (isinstance(start, int) and isinstance(stop, int)):
+            continue
+        start, stop = max(0, start), min(lengths[name], stop)
+        if stop - start > 0 and start // chunk != (stop - 1) // chunk:
+            return name, start, stop
+    return None
+
+
 @pytest.mark.observed
 @pytest.mark.parametrize("name", ["split_kv_partials", "flash_decode"])
 def test_reads_a_chunk_at_a_time(sub, rng, name):
     """K and V are read a chunk at a time, as split-KV thread blocks read them (observed)"""
-    sq, sk, d, n = 3, 90, 5, 5  # chunks of 18 keys; d = 5 differs from every size here
+    # Chunks of 19 keys (a prime): a split into any other number of chunks reads across one of
+    # the contract's chunk boundaries. d = 5 differs from every size here.
+    sk, d, n = 91, 5, 5
     chunk = -(-sk // n)
-    q, K, V = _inputs(rng, sq, sk, d)
-    call = Call(name, _describe(q, K, n, {}))
-    outcome = observed_call(getattr(sub, name), call, q.copy(), K.copy(), V.copy(), n, record={1: "K", 2: "V"},
-                            _hints=WARNING_HINTS)
-    want = partials(q, K, V, n, False, None)
-    if name == "flash_decode":
-        want = merge(*want)
-        shapes, what = ((sq, d), (sq,)), "o, lse"
-    else:
-        shapes, what = ((n, sq, d), (n, sq)), "O_parts, L_parts"
-    got = pair(outcome.result, call, what, shapes)
-    for mine, ref, label in zip(got, want, what.split(", ")):
-        close(mine, ref, call, atol=1e-9, rtol=1e-9, what=label, hint="the other checks name the mistake",
-              nan_hint=WATCHED_VALUES_HINT)
-    reads, truncated = iocount.summarize(outcome.reads, {"K": sk, "V": sk})
-    check_reads_seen(call, reads, truncated)
-    for array_name, r in reads.items():
-        if r.largest > chunk:
-            fail(f"{array_name} was read {r.largest} rows at a time; a chunk is ceil(sk / num_splits) = {chunk} keys "
-                 "(observed)", called=str(call), got=f"largest read of {array_name}: {r.largest} rows",
-                 expected=f"reads of at most {chunk} rows: K[start:stop] and V[start:stop] for each chunk",
-                 hint=("the scores or the output were computed over the whole cache and cut into chunks afterwards, "
-                       "or flash_decode computed plain attention without the partials: give each chunk only its "
-                       "own keys and values, then merge the partials by their logsumexp" if r.largest >= sk else
-                       f"slice each chunk's keys alone, K[c * {chunk}:(c + 1) * {chunk}]"))
+    for sq, kw in READ_CASES:
+        q, K, V = _inputs(rng, sq, sk, d)
+        call = Call(name, _describe(q, K, n, kw))
+        outcome = observed_call(getattr(sub, name), call, q.copy(), K.copy(), V.copy(), n, record={1: "K", 2: "V"},
+                                _hints=WARNING_HINTS, **kw)
+        want = partials(q, K, V, n, kw.get("causal", False), kw.get("scale"))
+        if name == "flash_decode":
+            want = merge(*want)
+            shapes, what = ((sq, d), (sq,)), "o, lse"
+        else:
+            shapes, what = ((n, sq, d), (n, sq)), "O_parts, L_parts"
+        got = pair(outcome.result, call, what, shapes)
+        for mine, ref, label in zip(got, want, what.split(", ")):
+            close(mine, ref, call, atol=1e-9, rtol=1e-9, what=label, hint="the other checks name the mistake",
+                  nan_hint=WATCHED_VALUES_HINT)
+        reads, truncated = iocount.summarize(outcome.reads, {"K": sk, "V": sk})
+        check_reads_seen(call, reads, truncated)
+        for array_name, r in reads.items():
+            if r.largest > chunk:
+                fail(f"{array_name} was read {r.largest} rows at a time; a chunk is ceil(sk / num_splits) = {chunk} "
+                     "keys (observed)", called=str(call), got=f"largest read of {array_name}: {r.largest} rows",
+                     expected=f"reads of at most {chunk} rows: K[start:stop] and V[start:stop] for each chunk",
+                     hint=("the scores or the output were computed over the whole cache and cut into chunks "
+                           "afterwards, or flash_decode computed plain attention without the partials: give each "
+                           "chunk only its own keys and values, then merge the partials by their logsumexp"
+                           if r.largest >= sk else
+                           f"slice each chunk's keys alone, K[c * {chunk}:(c + 1) * {chunk}]"))
+        across = _straddling_read(outcome.reads, {"K": sk, "V": sk}, chunk)
+        if across:
+            array_name, a, b = across
+            edge = (a // chunk + 1) * chunk
+            fail(f"{array_name}[{a}:{b}] was read in one piece across the boundary at key {edge} between chunks "
+                 f"{a // chunk} and {a // chunk + 1} (observed)", called=str(call),
+                 got=f"a read of {array_name}[{a}:{b}]",
+                 expected=(f"every read inside one of the num_splits = {n} chunks of ceil(sk / num_splits) = "
+                           f"{chunk} keys: {_chunks_text(sk, n)} (a chunk may be read in smaller pieces)"),
+                 hint=("the cache was split into another number of chunks than num_splits (or chunks of another "
+                       "size): cut K and V into exactly num_splits chunks of ceil(sk / num_splits) keys, the ones "
+                       "split_kv_partials returns, and merge those"))
 
 
 # A long cache and a few query rows: one score row per query over the whole cache is megabytes,
@@ -317,14 +355,17 @@ def test_long_cache_memory(sub, rng):
             o_ref, lse_ref = attention(q, K, V, False, None)
             close(o, o_ref, call, atol=O_ATOL, rtol=O_RTOL, what="o (attention over the whole cache)",
                   hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
-    # Two query rows against 2^21 keys of width 1: one score row over the whole cache (16 MiB) is as
-    # large as K itself, so even one row at a time stands out above the inputs and a little slack.
-    q, K, V = _inputs(rng, 2, VERY_LONG_SK, 1)
+    # One query row (the decode step itself) against 2^21 keys of width 1, with causal=True and an
+    # explicit scale (the arguments a shortcut could hide behind): one score row over the whole cache
+    # (16 MiB) is as large as K itself, so even one row at a time stands out above the inputs and a
+    # little slack.
+    q, K, V = _inputs(rng, 1, VERY_LONG_SK, 1)
+    kw = {"causal": True, "scale": 0.9}
     held = q.nbytes + K.nbytes + V.nbytes
     for name in ("flash_decode", "split_kv_partials"):
-        call = Call(name, _describe(q, K, LONG_SPLITS, {}))
+        call = Call(name, _describe(q, K, LONG_SPLITS, kw))
         peak, result = peak_bytes(quiet_call, getattr(sub, name), call, q.copy(), K.copy(), V.copy(), LONG_SPLITS,
-                                  _hints=WARNING_HINTS)
+                                  _hints=WARNING_HINTS, **kw)
         if peak > held + VERY_LONG_SLACK_BYTES:
             fail(f"{name} held {(peak - held) / 2**20:.1f} MiB beyond its inputs over a cache of {VERY_LONG_SK:,} keys",
                  called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call (inputs included)",
@@ -334,8 +375,8 @@ def test_long_cache_memory(sub, rng):
                  hint=("a query row's scores were computed over the whole cache (one row at a time still holds all "
                        "sk of them): give each chunk only its own keys, K[start:stop], and merge the partials"))
         if name == "flash_decode":
-            o, lse = pair(result, call, "o, lse", ((2, 1), (2,)))
-            o_ref, lse_ref = merge(*partials(q, K, V, LONG_SPLITS, False, None))
+            o, lse = pair(result, call, "o, lse", ((1, 1), (1,)))
+            o_ref, lse_ref = merge(*partials(q, K, V, LONG_SPLITS, True, kw["scale"]))
             close(o, o_ref, call, atol=1e-8, rtol=1e-8, what="o (attention over the whole cache)",
                   hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
 
