@@ -38,7 +38,7 @@ def online_softmax(x, block_size):
 
     Read `block_size` columns at a time to build m and l for every row (the last
     block may be shorter), then return exp(x - m) / l, same shape as x.
-    Must stay finite for logits such as 1e4 and -1e4; -inf entries get probability 0.
+    Must stay finite for logits of any magnitude (1e4, -1e4, -1e300); -inf entries get probability 0.
 
     >>> online_softmax(np.array([1.0, 3.0, 2.0, 5.0]), 2)   # same as softmax in one go
     """

@@ -104,13 +104,16 @@ def test_update_from_start_state(sub):
 
 
 def test_update_random_blocks(sub, rng):
-    """Random rows streamed in blocks of 1 to 7 give the one-shot statistics"""
+    """Random rows streamed in blocks of 1 to 7, and of 50 and 300, give the one-shot statistics"""
     for trial in range(20):
         n = int(rng.integers(1, 40))
         x = rng.normal(scale=3.0, size=n)
         size = int(rng.integers(1, 8))
         blocks = [x[i:i + size] for i in range(0, n, size)]
         _step_through(sub, blocks)
+    for n, size in ((170, 50), (700, 300)):  # long blocks: every logit of a block counts
+        x = rng.normal(scale=3.0, size=n)
+        _step_through(sub, [x[i:i + size] for i in range(0, n, size)])
 
 
 def test_update_extreme_and_masked_blocks(sub):
@@ -176,13 +179,14 @@ def test_softmax_rows_keep_their_own_statistics(sub):
 
 
 def test_softmax_extreme_logits(sub):
-    """Logits of 1e4 and -1e4 give a finite, exact softmax"""
-    for x in (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0])):
+    """Logits of 1e4 and -1e4, and far lower (-1e6, -1e300), give a finite, exact softmax"""
+    for x in (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0]),
+              np.array([-1e6, -1e6 - 1.0, -1e6 - 3.0, -1e6 + 0.5]), np.array([-1e300, -2e300, -1e300, -3e300])):
         call, got = _softmax_call(sub, x, 2)
         hint = ""
         if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
-            hint = ("every exponent must be shifted by the running max (which starts at -inf, not 0), "
-                    "so exp never overflows or underflows to a zero sum")
+            hint = ("every exponent must be shifted by the running max (which starts at -inf, not 0 nor any "
+                    "finite stand-in such as -1e5), so exp never overflows or underflows to a zero sum")
         close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
 
 
@@ -228,13 +232,19 @@ STREAM_RTOL = 3e-14   # honest variants (vectorised rows, lse tracking, exp2) me
 ULP_ONE = 2.0 ** -52
 
 
-def absorbing_row(rng, block_size: int, n_blocks: int = STREAM_BLOCKS) -> np.ndarray:
-    """A row whose streamed sum rounds block by block away from its exact sum (max 0 in the first block)."""
+def absorbing_row(rng, block_size: int, n_blocks: int = STREAM_BLOCKS, odd: bool = False) -> np.ndarray:
+    """A row whose streamed sum rounds block by block away from its exact sum (max 0 in the first block).
+
+    odd: a block adds an odd number of units plus a little, so halving the block (blocks of b/2, or of
+    b/4, ...) rounds every half up and lands a unit per block away from blocks of b.
+    """
     b = block_size
     if b == 1:
         s = rng.uniform(0.2, 0.35)  # each term is absorbed outright: the running l never moves
     elif b == 2:
         s = 1.0 - rng.uniform(0.2, 0.35)  # each pair rounds up to one unit
+    elif odd:
+        s = 2 * int(rng.integers(0, int(b / 4 - 0.675) + 1)) + 1 + rng.uniform(0.2, 0.35)
     else:
         s = int(rng.integers(1, int(b / 2 - 0.35) + 1)) + rng.uniform(0.2, 0.35)
     x = np.full(n_blocks * b, math.log(s / b * ULP_ONE))
@@ -292,8 +302,10 @@ def _streaming_hint(got, rows, block_size) -> str:
                     "built block by block; loop over the columns in blocks of block_size and update m and l per "
                     "block (the rounding of a running sum differs measurably from a single sum here). A running "
                     "sum kept as a log (np.logaddexp) rounds like a one-shot sum too: keep l itself")
-    for other in (2, 4, 8, 16, 32, 37, 64, 128):
-        if other != block_size and _folds_like(got, rows, other):
+    for other in (128, 64, 37, 32, 16, 8, 4, 2):
+        # The largest (cheapest to fold) first; folds of many blocks take seconds, and a fixed small
+        # block size shows already at block_size = 1, on a short row.
+        if other != block_size and rows.shape[1] // other <= 4 * STREAM_BLOCKS and _folds_like(got, rows, other):
             return (f"the values match streaming in blocks of {other}, not of block_size = {block_size}: "
                     "step through the columns block_size at a time")
     return ""
@@ -301,9 +313,13 @@ def _streaming_hint(got, rows, block_size) -> str:
 
 def test_softmax_streams_in_blocks(sub, rng):
     """online_softmax keeps its running sum block by block, at the block size asked for"""
-    for block_size in (1, 4, 37):
-        rows = np.stack([absorbing_row(rng, block_size), absorbing_row(rng, block_size),
-                         late_max_row(rng, block_size)])
+    # Blocks of 128 and 1000 (fewer of them: still a gap of ~1e-13 or more, in less time) catch a cap on
+    # block_size (a fixed tile of 64 columns): the odd absorbing row rounds otherwise in smaller blocks.
+    for block_size, n_blocks in ((1, STREAM_BLOCKS), (4, STREAM_BLOCKS), (37, STREAM_BLOCKS), (128, 1000),
+                                 (1000, 200)):
+        rows = np.stack([absorbing_row(rng, block_size, n_blocks),
+                         absorbing_row(rng, block_size, n_blocks, odd=block_size > 37),
+                         late_max_row(rng, block_size, n_blocks)])
         call = Call("online_softmax", f"x[{rows.shape[0]}x{rows.shape[1]}] (logits 0, tiny ones and a late max), "
                                       f"block_size={block_size}")
         got = array(sub.online_softmax(rows.copy(), block_size), call, shape=rows.shape, what="the softmax")

@@ -1,5 +1,6 @@
 """Hidden checks for 02_tiling_shapes.py."""
 
+import numpy as np
 import pytest
 
 from drill import iocount
@@ -20,12 +21,21 @@ def _ceil(a, b):
     return -(-a // b)
 
 
+def _is_int(v) -> bool:
+    """A Python int or a numpy integer (a 0-d integer array too); never a bool or a float."""
+    if isinstance(v, (bool, np.bool_)):
+        return False
+    if isinstance(v, np.ndarray):
+        return v.ndim == 0 and v.dtype.kind in "iu"
+    return isinstance(v, (int, np.integer))
+
+
 def _ints(value, n, call):
     try:
         items = tuple(value)
     except TypeError:
         fail(f"{call} must return {n} integers", called=str(call), got=show(value))
-    if len(items) != n or not all(isinstance(v, int) or (hasattr(v, "__index__") and not isinstance(v, bool)) for v in items):
+    if len(items) != n or not all(_is_int(v) for v in items):
         fail(f"{call} must return a tuple of {n} integers", called=str(call), got=show(value),
              hint="use integer arithmetic (// and -(-a // b)); math.ceil on a float returns an int too, "
                   "but a float division can round wrong for large sizes")
@@ -70,8 +80,11 @@ def test_num_blocks(sub, s):
 
 
 def test_huge_sizes_exact(sub):
-    """Sizes far past any GPU's, a remainder of 1 key or byte over a huge block: ceilings stay exact"""
-    for s, Br, Bc in [(20_001, 20_000, 20_000), (10**9 + 1, 10**6, 999_983), (2**40 + 1, 2**20, 2**40)]:
+    """Sizes far past any GPU's, a remainder of 1 key or byte over a huge block: ceilings and traffic stay exact"""
+    # Past 2**53 a float cannot hold the size itself (math.ceil(a / b) rounds a first); past 2**63
+    # np.int64 cannot either. Python ints are exact at any size.
+    for s, Br, Bc in [(20_001, 20_000, 20_000), (10**9 + 1, 10**6, 999_983), (2**40 + 1, 2**20, 2**40),
+                      (2**60 + 1, 2, 2), (2**62 + 1, 2**31, 3), (2**70 + 1, 2**35, 2**69)]:
         call = Call("num_blocks", f"s={s}, Br={Br}, Bc={Bc}")
         got = _ints(sub.num_blocks(s, Br, Bc), 2, call)
         want = (_ceil(s, Br), _ceil(s, Bc))
@@ -79,13 +92,22 @@ def test_huge_sizes_exact(sub):
             fail("wrong number of blocks", called=str(call), got=f"(Tr, Tc) = {got}", expected=f"(Tr, Tc) = {want}",
                  hint="a ceiling made with floats (a / b plus a fudge, or rounding) misses a remainder this small: "
                       "use integers, -(-a // b)")
-    for M, d in [(4 * 4096 * 3 + 1, 4096), (4 * 8192 * 5 + 1, 8192)]:
+    for M, d in [(4 * 4096 * 3 + 1, 4096), (4 * 8192 * 5 + 1, 8192), (2**63 + 1, 64)]:
         call = Call("block_sizes", f"M={M}, d={d}")
         got = _ints(sub.block_sizes(M, d), 2, call)
         bc = _ceil(M, 4 * d)
         if got != (min(bc, d), bc):
             fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {(min(bc, d), bc)}",
                  hint="a ceiling made with floats misses a remainder this small: use integers, -(-M // (4 * d))")
+    # Few, huge blocks: a count made by walking the tiled loops stays quick.
+    for s, d, Br, Bc in [(10**8 + 1, 128, 10**7, 10**7), (3 * 10**9 + 1, 128, 10**9, 10**9),
+                         (2**50 + 1, 128, 2**48, 2**48)]:
+        call, got = _traffic(sub, s, d, Br, Bc)
+        want = REFERENCES["hbm_elements"](s, d, Br, Bc)
+        if {k: int(got[k]) for k in want} != want:
+            fail("wrong traffic", called=str(call), got=show(got), expected=show(want),
+                 hint="counts this large need exact integers: a float is inexact past 2**53 and np.int64 wraps "
+                      "past 2**63; Python ints (plain s, d, Br and // arithmetic) never are")
 
 
 def _expected_shapes(s, d, Br, Bc):
@@ -118,12 +140,19 @@ HINTS = {
 }
 
 
-def _compare_shapes(call, got, want):
+def _shape_types(call, got):
+    """Every shape is a tuple of ints, as numpy wants one (np.zeros(shape))."""
     for key in KEYS:
-        try:
-            value = tuple(int(v) for v in got[key])
-        except (TypeError, ValueError):
-            fail(f"the shape of {key} is not a tuple of ints", called=str(call), got=show(got[key]))
+        value = got[key]
+        if not isinstance(value, tuple) or not all(_is_int(v) for v in value):
+            fail(f"the shape of {key} is not a tuple of ints", called=str(call), got=f"{key}: {show(value)}",
+                 hint="a shape is a tuple of integers, like (Br, d) or (s,): not a list, a string or a float")
+
+
+def _compare_shapes(call, got, want):
+    _shape_types(call, got)
+    for key in KEYS:
+        value = tuple(int(v) for v in got[key])
         if value != want[key]:
             fail(f"wrong shape for {key}", called=str(call), got=f"{key}: {value}", expected=f"{key}: {want[key]}",
                  hint=HINTS[key])
@@ -140,8 +169,9 @@ def test_tile_shapes_nominal(sub):
     """Tiles keep their nominal shape when the sequence is shorter than a block"""
     call, got = _shapes(sub, 10, 64, 128, 64)
     want = _expected_shapes(10, 64, 128, 64)
+    _shape_types(call, got)
     for key in ("Q_i", "O_i", "K_j", "S_ij"):
-        value = tuple(got[key]) if not isinstance(got[key], int) else (got[key],)
+        value = tuple(int(v) for v in got[key])
         if 10 in value and 10 not in want[key]:
             fail(f"{key} was clipped to the sequence length", called=str(call), got=f"{key}: {value}",
                  expected=f"{key}: {want[key]}", hint="report the nominal block shape (Br or Bc), not min(block, s)")
@@ -153,6 +183,11 @@ def _traffic(sub, s, d, Br, Bc):
     got = sub.hbm_elements(s, d, Br, Bc)
     if not isinstance(got, dict) or "standard" not in got or "flash" not in got:
         fail(f"{call} must return a dict with keys 'standard' and 'flash'", called=str(call), got=show(got))
+    for key in ("standard", "flash"):
+        if not _is_int(got[key]):
+            fail(f"the {key} count is not an int", called=str(call), got=f"{key}: {show(got[key])}",
+                 hint="count elements with integer arithmetic: a float (from true division /, np.ceil or a numpy "
+                      "float) is inexact past 2**53; use // and -(-a // b)")
     return call, got
 
 
@@ -232,5 +267,5 @@ def test_random_sizes(sub, rng):
         _compare_shapes(call, shapes, _expected_shapes(s, d, Br, Bc))
         call, traffic = _traffic(sub, s, d, Br, Bc)
         want = REFERENCES["hbm_elements"](s, d, Br, Bc)
-        if {k: traffic[k] for k in want} != want:
+        if {k: int(traffic[k]) for k in want} != want:
             fail("wrong traffic", called=str(call), got=show(traffic), expected=show(want))
