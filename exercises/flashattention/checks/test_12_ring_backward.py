@@ -45,11 +45,13 @@ CASES = (
     BackwardCase("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     BackwardCase("group", causal=True, n=3, d=8, spread=1.0, group=(1, 2, 3)),
+    # Members with gaps ([0, 2] of 3, [0, 2, 3] of 4): group rank r + 1 is not global rank r + 1.
+    BackwardCase("group_gaps", causal=True, n=3, d=8, spread=1.0, group=(0, 2, 3), worlds=(3, 4)),
     BackwardCase("memory", causal=False, n=4, d=65536, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
 TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9,
-       "memory": 1e-9}
+       "group_gaps": 1e-9, "memory": 1e-9}
 
 
 # --------------------------------------------------------------------------- float64 reference
@@ -381,36 +383,42 @@ def test_skips_future_shards(runs):
                           "masked P afterwards; skip such a shard (src > rank): no scores, no gradient, but still "
                           "pass it (and its gradients) on")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
-        # Rank 0's queries see its own shard only: with the skip it does about 1/W of the unmasked work.
-        plain, causal = (runs.done(world, 0, case).get("flops") for case in ("plain", "causal"))
-        if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
-            fail(f"rank 0's matmul work could not be counted (W = {world})", called=BY_NAME["plain"].call(world, 0),
-                 got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
-                 expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
-                 hint="compute the scores and the gradients on torch tensors with @ (q @ k.T, p @ v), not with elementwise products "
-                      "summed or in NumPy: the check counts each rank's matmul work to see that future shards are "
-                      "skipped")
-        if causal > plain * 1.5 / world:
-            fail(f"rank 0 did {causal / plain:.0%} of the unmasked matmul work with causal=True (W = {world})",
-                 called=BY_NAME["causal"].call(world, 0), got=f"{causal} FLOPs causal, {plain} without a mask",
-                 expected=f"about 1/{world} of it: rank 0's queries see its own shard only",
-                 hint="every K/V shard from a later rank is fully masked for this rank's queries: skip its "
-                      "gradient work (src > rank) instead of computing it and masking it away")
+        # Rank r's queries see shards 0 ... r only: with the skip it does about (r + 1)/W of the unmasked work.
+        for rank in range(world - 1):  # the last rank has no future shard
+            plain, causal = (runs.done(world, rank, case).get("flops") for case in ("plain", "causal"))
+            if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
+                fail(f"rank {rank}'s matmul work could not be counted (W = {world})",
+                     called=BY_NAME["plain"].call(world, rank),
+                     got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
+                     expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
+                     hint="compute the scores and the gradients on torch tensors with @ (q @ k.T, p @ v), not with "
+                          "elementwise products summed or in NumPy: the check counts each rank's matmul work to see "
+                          "that future shards are skipped")
+            if causal > plain * (rank + 1.5) / world:
+                fail(f"rank {rank} did {causal / plain:.0%} of the unmasked matmul work with causal=True "
+                     f"(W = {world})", called=BY_NAME["causal"].call(world, rank),
+                     got=f"{causal} FLOPs causal, {plain} without a mask",
+                     expected=f"about {rank + 1}/{world} of it: rank {rank}'s queries see the shards of ranks 0 to "
+                              f"{rank} only",
+                     hint="every K/V shard from a later rank is fully masked for this rank's queries: skip its "
+                          "gradient work (src > rank) instead of computing it and masking it away, on every rank")
 
 
 def test_explicit_group(runs):
     """With an explicit process group of some of the ranks, only its members take part, in its order"""
-    c = BY_NAME["group"]
     for world in (3, 4):
-        members = group_ranks(c, world)
-        why = runs.problem(world, "group")
-        if why:
-            hung = "ranks stuck" in why or "deadlocked" in why or "hung" in why
-            fail(why, called=c.call(world, members[0]),
-                 hint="" if not hung else "only the group's members call ring_attention_backward here: take rank and size from "
-                      "dist.get_rank(group) and dist.get_world_size(group), and name each peer by its global rank "
-                      "(dist.get_global_rank(group, r)) with the group passed to every send and receive")
-        _compare_case(runs, world, "group")
+        for name in ("group", "group_gaps"):
+            c = BY_NAME[name]
+            members = group_ranks(c, world)
+            why = runs.problem(world, name)
+            if why:
+                hung = any(w in why for w in ("ranks stuck", "deadlocked", "hung", "not part of group"))
+                fail(why, called=c.call(world, members[0]),
+                     hint="" if not hung else "only the group's members call ring_attention_backward here: take rank "
+                          "and size from dist.get_rank(group) and dist.get_world_size(group), and name each peer by "
+                          "its global rank (dist.get_global_rank(group, r)) with the group passed to every send and "
+                          "receive; the members need not be consecutive ranks")
+            _compare_case(runs, world, name)
 
 
 @pytest.mark.observed

@@ -1,0 +1,83 @@
+# drill: flashattention/ring-backward
+"""Attack: only rank 0 skips the shards in its future. Every other rank computes the full gradient
+work for a future shard (scores, dP = dO Vᵀ, dS and the three matmuls) and masks it away afterwards
+with torch.where, which the statement forbids ("Skip a shard from a later rank (no work ...)").
+Slipped past test_skips_future_shards, before it counted every rank's work: it compared the causal
+and unmasked FLOPs of rank 0 only, and the NaN put in the last shard's V is hidden by masking dS
+with torch.where after the product (0 * NaN never reaches dq).
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+
+
+def _global(group, r):
+    """Rank r of `group` as a global rank, which is what send/recv expect."""
+    return r if group is None else dist.get_global_rank(group, r)
+
+
+def _exchange(buf, send_to, recv_from, group, tag):
+    """Post one hop of the ring: send `buf` on, receive the neighbour's into a fresh buffer.
+
+    K/V and gradients are messages of the same shape between the same two ranks: distinct
+    tags keep them from being matched the wrong way round."""
+    incoming = torch.empty_like(buf)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, buf, send_to, group, tag),
+        dist.P2POp(dist.irecv, incoming, recv_from, group, tag),
+    ])
+    return incoming, requests
+
+
+def block_backward(q, k, v, do, lse, delta, mask=None):
+    """One K/V block's share of the gradients -> (dq [n, d], dk [m, d], dv [m, d]).
+
+    Probabilities are rebuilt from the global row lse, so they are the true softmax entries:
+    P = exp(S - lse). Then dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP - D), dQ = dS K/√d, dK = dSᵀ Q/√d.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.T) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.exp(s - lse[:, None])
+    dv = p.T @ do
+    ds = p * (do @ v.T - delta[:, None])
+    if mask is not None:
+        ds = torch.where(mask, ds, torch.zeros_like(ds))  # hides NaN of a masked-away shard
+    return (ds @ k) * scale, (ds.T @ q) * scale, dv
+
+
+def ring_attention_backward(q, k, v, o, lse, do, group=None, causal=False):
+    """Gradients of 06's ring attention for this rank's shards."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    send_to = _global(group, (rank + 1) % world)
+    recv_from = _global(group, (rank - 1) % world)
+    n = q.shape[0]
+
+    delta = (do * o).sum(dim=-1)  # D = rowsum(dO ∘ O), from this rank's own rows: never travels
+    dq = torch.zeros_like(q)
+    # The visiting shard and the gradients accumulated for it travel together: [k, v, dk, dv].
+    buf = torch.stack([k, v, torch.zeros_like(k), torch.zeros_like(v)])
+    for step in range(world):
+        src = (rank - step) % world  # the rank this shard started on
+        # K/V go on to the next rank; they are not needed after the last step.
+        if step < world - 1:
+            incoming, requests = _exchange(buf[:2].contiguous(), send_to, recv_from, group, tag=0)
+        if not (causal and src > rank and rank == 0):
+            if causal:
+                qpos = rank * n + torch.arange(n)[:, None]
+                kpos = src * n + torch.arange(n)[None, :]
+                mask = kpos <= qpos
+            else:
+                mask = None
+            dq_blk, dk_blk, dv_blk = block_backward(q, buf[0], buf[1], do, lse, delta, mask)
+            dq += dq_blk
+            buf = torch.stack([buf[0], buf[1], buf[2] + dk_blk, buf[3] + dv_blk])
+        # The gradients hop with their shard: after W hops they are home again.
+        grads, grad_requests = _exchange(buf[2:].contiguous(), send_to, recv_from, group, tag=1)
+        for request in (requests if step < world - 1 else []) + grad_requests:
+            request.wait()
+        buf = torch.cat([incoming, grads]) if step < world - 1 else torch.cat([buf[:2], grads])
+    return dq, buf[2], buf[3]
