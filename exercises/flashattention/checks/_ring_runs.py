@@ -75,6 +75,8 @@ CASES = (
     Case("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     Case("group", causal=True, n=4, d=8, spread=1.0, group=(1, 2, 3)),
+    # Members with gaps ([0, 2] of 3, [0, 2, 3] of 4): group rank r + 1 is not global rank r + 1.
+    Case("group_gaps", causal=True, n=4, d=8, spread=1.0, group=(0, 2, 3), worlds=(3, 4)),
     Case("memory", causal=False, n=4, d=65536, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
