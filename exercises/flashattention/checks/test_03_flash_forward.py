@@ -220,9 +220,9 @@ def test_default_blocks(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d"""
+    """An explicit scale replaces 1/√d, 0.0 included"""
     Q, K, V = _inputs(rng, 24, 30, 8)
-    for scale in (0.37, 2.0):
+    for scale in (0.37, 2.0, 0.0):
         check_forward(sub, Q, K, V, Br=8, Bc=8, scale=scale)
 
 

@@ -243,9 +243,9 @@ def test_merge_order(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d"""
+    """An explicit scale replaces 1/√d, 0.0 included"""
     q, K, V = _inputs(rng, 2, 30, 8)
-    for scale in (0.37, 2.0):
+    for scale in (0.37, 2.0, 0.0):
         check_partials(sub, q, K, V, 4, scale=scale)
         check_decode(sub, q, K, V, 4, scale=scale)
 
