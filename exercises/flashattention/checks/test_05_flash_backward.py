@@ -178,9 +178,9 @@ def test_default_blocks(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d in P, dQ and dK"""
-    for scale in (0.37, 2.0):
-        check_backward(sub, Problem(rng, 24, 30, 8, Br=8, Bc=8, scale=scale))
+    """An explicit scale replaces 1/√d in P, dQ and dK (0.0 included, causal too)"""
+    for scale, causal in ((0.37, False), (2.0, False), (0.0, False), (0.37, True)):
+        check_backward(sub, Problem(rng, 24, 30, 8, Br=8, Bc=8, causal=causal, scale=scale))
 
 
 CAUSAL = {
@@ -284,9 +284,10 @@ def test_memory(sub, rng, causal):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix"""
     n, d = MEMORY_SIZE, 16
     Q, K, V, dO = (rng.normal(size=(n, d)) for _ in range(4))
-    scale = default_scale(d, None)
-    O, L = chunked_attention(Q, K, V, causal)
-    call = Call("flash_attention_backward", f"Q, K, V, O, dO [{n}x{d}], L [{n}], Br=128, Bc=128, causal={causal}")
+    scale = 0.37 if causal else None  # both paths watched: the default scale and a given one
+    O, L = chunked_attention(Q, K, V, causal, scale)
+    call = Call("flash_attention_backward", f"Q, K, V, O, dO [{n}x{d}], L [{n}], Br=128, Bc=128, causal={causal}"
+                + ("" if scale is None else f", scale={scale}"))
     args = [a.copy() for a in (Q, K, V, O, L, dO)]
     peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args,
                               Br=128, Bc=128, causal=causal, scale=scale, _hints=WARNING_HINTS)
@@ -294,10 +295,24 @@ def test_memory(sub, rng, causal):
     if not isinstance(result, tuple) or len(result) != 3:
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
     # Every row of every gradient: code right on most rows and wrong on a few is still wrong.
-    wants = chunked_attention_backward(Q, K, V, O, L, dO, causal)
+    wants = chunked_attention_backward(Q, K, V, O, L, dO, causal, scale)
     for got, want, name in zip(result, wants, NAMES):
         close(array(got, call, shape=(n, d), what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
               hint=f"memory is fine, but {name} is wrong at this size; the other checks name the mistake")
+
+
+def _long_causal_attention(Q, K, V, scale):
+    """attention(Q, K, V, causal=True, scale) for few query rows and a long K: every row sees the
+    first sk - sq keys (long_attention, a block at a time), and the last sq keys under a
+    lower-triangular mask; the two parts are merged by their logsumexps."""
+    sq, sk = Q.shape[0], K.shape[0]
+    n0 = sk - sq
+    O0, L0 = long_attention(Q, K[:n0], V[:n0], scale)
+    S = np.where(np.tri(sq, dtype=bool), (Q @ K[n0:].T) * default_scale(Q.shape[1], scale), -np.inf)
+    m = np.maximum(L0, S.max(axis=1))
+    L = m + np.log(np.exp(L0 - m) + np.exp(S - m[:, None]).sum(axis=1))
+    O = np.exp(L0 - L)[:, None] * O0 + np.exp(S - L[:, None]) @ V[n0:]
+    return O, L
 
 
 @pytest.mark.peak_memory
@@ -306,19 +321,22 @@ def test_memory_long_keys(sub, rng):
     Q = rng.normal(size=(LONG_SQ, 1))
     K, V = rng.normal(size=(LONG_SK_BACKWARD, 1)), rng.normal(size=(LONG_SK_BACKWARD, 1))
     dO = rng.normal(size=(LONG_SQ, 1))
-    O, L = long_attention(Q, K, V)
+    # Causal and with a given scale: the 4096-square checks watch the other paths, and a
+    # shortcut taken only when causal or only when a scale is given must meet this one too.
+    scale = 0.5
+    O, L = _long_causal_attention(Q, K, V, scale)
     call = Call("flash_attention_backward", f"Q, O, dO [{LONG_SQ}x1], K, V [{LONG_SK_BACKWARD}x1], L [{LONG_SQ}], "
-                f"Br={LONG_SQ}, Bc={LONG_BC}")
+                f"Br={LONG_SQ}, Bc={LONG_BC}, causal=True, scale={scale}")
     args = [a.copy() for a in (Q, K, V, O, L, dO)]
     held = sum(a.nbytes for a in args) + Q.nbytes + K.nbytes + V.nbytes  # the inputs, and dQ, dK, dV
     peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args, Br=LONG_SQ, Bc=LONG_BC,
-                              _hints=WARNING_HINTS)
+                              causal=True, scale=scale, _hints=WARNING_HINTS)
     check_peak_long(peak, call, "flash_attention_backward", held, K.nbytes, sk=LONG_SK_BACKWARD,
                     slack=LONG_SLACK_BACKWARD)
     if not isinstance(result, tuple) or len(result) != 3:
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
-    for got, want, name, shape in zip(result, chunked_attention_backward(Q, K, V, O, L, dO, columns=2**16), NAMES,
-                                      (Q.shape, K.shape, V.shape)):
+    wants = chunked_attention_backward(Q, K, V, O, L, dO, True, scale, columns=2**16)
+    for got, want, name, shape in zip(result, wants, NAMES, (Q.shape, K.shape, V.shape)):
         close(array(got, call, shape=shape, what=name), want, call, atol=ATOL, rtol=RTOL, what=name,
               hint=f"memory is fine, but {name} is wrong on a long K")
 
@@ -326,15 +344,18 @@ def test_memory_long_keys(sub, rng):
 @pytest.mark.observed
 def test_inputs_untouched(sub, rng):
     """Q, K, V, O, L and dO are not modified"""
-    p = Problem(rng, 23, 19, 4, Br=8, Bc=8, causal=True)  # sq > sk: L starts with four -inf rows
-    args = list(p.args)
-    before = [a.copy() for a in args]
-    after = observed_call(sub.flash_attention_backward, p.call(), *args, _hints=WARNING_HINTS, return_args=True,
-                          **p.kw).args
-    for name, now, then in zip(("Q", "K", "V", "O", "L", "dO"), after, before):
-        if not matches(now, then, atol=0.0):
-            fail(f"flash_attention_backward changed its input {name} in place", called=str(p.call()),
-                 hint="work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the caller's L)")
+    # sq > sk, causal: L starts with four -inf rows; then with a given scale, causal or not.
+    for kw in (dict(causal=True), dict(causal=True, scale=0.37), dict(causal=False, scale=2.0)):
+        p = Problem(rng, 23, 19, 4, Br=8, Bc=8, **kw)
+        args = list(p.args)
+        before = [a.copy() for a in args]
+        after = observed_call(sub.flash_attention_backward, p.call(), *args, _hints=WARNING_HINTS,
+                              return_args=True, **p.kw).args
+        for name, now, then in zip(("Q", "K", "V", "O", "L", "dO"), after, before):
+            if not matches(now, then, atol=0.0):
+                fail(f"flash_attention_backward changed its input {name} in place", called=str(p.call()),
+                     hint="work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the "
+                          "caller's L; Q *= scale writes into the caller's Q)")
 
 
 @pytest.mark.observed
@@ -342,7 +363,10 @@ def test_inputs_untouched(sub, rng):
 def test_recomputes_in_blocks(sub, rng, causal):
     """Score blocks are recomputed from Q and K in blocks, D from dO and O once (one pass or two)"""
     sq, sk, d, Br, Bc = 48, 40, 8, 16, 8
-    p = Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=causal)
+    # A given scale on the non-causal call, the default on the causal one: the memory checks
+    # watch the other two pairings, so a shortcut behind either option is seen somewhere.
+    scale = None if causal else 0.37
+    p = Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=causal, **({} if scale is None else dict(scale=scale)))
     call = p.call()
     outcome = observed_call(sub.flash_attention_backward, call, *[a.copy() for a in p.args], _hints=WARNING_HINTS,
                             record={0: "Q", 1: "K", 2: "V", 3: "O", 5: "dO"}, **p.kw)
