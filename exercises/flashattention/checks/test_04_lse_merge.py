@@ -216,13 +216,40 @@ def test_many_random_splits(sub, rng):
         check_many(sub, pieces, O_full, L_full)
 
 
+def _extreme_rows(rng, d=4):
+    """Fixed rows of (L1, L2) where shortcuts break, with O_k drawn around them."""
+    inf = np.inf
+    pairs = [
+        (1e4, 1e4 - 3.0), (1e4, 1e4), (-1e4, -1e4 + 5.0), (-1e4, -1e4), (1e4, -1e4), (5e3, 5e3 + 0.5),
+        (-1e4, 1e4), (-750.0, 720.0),  # the second part far larger: shift by the max, not by L1
+        # e^L subnormal or near overflow: log(e^L1 + e^L2) loses digits here, or overflows
+        (-740.0, -740.0), (-742.0, -739.0), (-744.5, -710.0), (-708.5, -730.0), (-inf, -741.0), (-745.0, -inf),
+        (709.5, 709.5), (709.7, 705.0), (-20.0, 709.0),
+    ]
+    # Parts far apart, the smaller one's O large: its share e^-gap is tiny but still counts.
+    # (|O| stays <= 2e5: an exact merge written as O1 + share·(O2 - O1) loses ~1e-16·|O| to rounding.)
+    gaps = [12.5, 16.0, 19.0, 22.0, 25.0, 27.5, 30.0]
+    big = rng.uniform(-30.0, 30.0, size=len(gaps))
+    flip = np.arange(len(gaps)) % 2 == 1  # the small part second, then first
+    pairs += [(b - g, b) if f else (b, b - g) for b, g, f in zip(big, gaps, flip)]
+    L1, L2 = (np.array(column) for column in zip(*pairs))
+    O1, O2 = rng.normal(size=(len(pairs), d)), rng.normal(size=(len(pairs), d))
+    for k, (g, f) in enumerate(zip(gaps, flip), start=len(pairs) - len(gaps)):
+        small = O1 if f else O2
+        # dropping it moves O by 1e-4 for gaps up to 20, then down to ~1e-8 (allowed: ~2e-9)
+        small[k] *= min(np.exp(g) * 1e-4, 1e5) * rng.uniform(1.0, 2.0) / np.abs(small[k]).max()
+    for O, L in ((O1, L1), (O2, L2)):
+        O[L == -inf] = 0.0
+    return O1, L1, O2, L2
+
+
 def test_extreme_lse(sub, rng):
     """|L| up to 1e4 merges without overflow and stays exact"""
-    n, d = 6, 4
-    O1, O2 = rng.normal(size=(n, d)), rng.normal(size=(n, d))
-    L1 = np.array([1e4, 1e4, -1e4, -1e4, 1e4, 5e3])
-    L2 = np.array([1e4 - 3.0, 1e4, -1e4 + 5.0, -1e4, -1e4, 5e3 + 0.5])
-    check_merge(sub, O1, L1, O2, L2, *_merged_reference([(O1, L1), (O2, L2)]), atol=1e-9)
+    d = 4
+    O1, L1, O2, L2 = _extreme_rows(rng, d)
+    want = _merged_reference([(O1, L1), (O2, L2)])
+    check_merge(sub, O1, L1, O2, L2, *want, atol=1e-9)
+    check_many(sub, [(O2, L2), (O1, L1)], *want, atol=1e-9)
     # The same from attention with scores near ±1e4.
     Q = rng.normal(size=(8, d))
     Q = Q / np.linalg.norm(Q, axis=1, keepdims=True) * rng.uniform(2e3, 2e4, size=(8, 1))
@@ -311,6 +338,22 @@ def test_inputs_untouched(sub, rng):
         if not matches(now, then, atol=0.0):
             fail(f"merge_partials changed its input {name} in place", called="merge_partials(O1, L1, O2, L2)",
                  got=show(now), expected=show(then), hint="build new arrays (w * O1), don't scale O1 in place")
+    # merge_many too, given the caller's own arrays (call_many hands it copies).
+    parts, _ = _problem(rng, 6, 20, 4, 3)
+    before = [(O.copy(), L.copy()) for O, L in parts]
+    called = "merge_many([(O1, L1), (O2, L2), (O3, L3)])"
+    after = observed_call(sub.merge_many, called, parts, return_args=True).args[0]
+    if (not isinstance(after, (list, tuple)) or len(after) != len(before)
+            or not all(isinstance(part, (list, tuple)) and len(part) == 2 for part in after)):
+        fail("merge_many changed the list of parts it was given", called=called, got=show(after),
+             hint="leave the caller's list as it is: work on a copy, list(parts)")
+    for k, ((O_now, L_now), (O_then, L_then)) in enumerate(zip(after, before), start=1):
+        for name, now, then in ((f"O{k}", O_now, O_then), (f"L{k}", L_now, L_then)):
+            if not matches(now, then, atol=0.0):
+                fail(f"merge_many changed the input {name} (of parts[{k - 1}]) in place", called=called,
+                     got=show(now), expected=show(then),
+                     hint="build new arrays for the running (O, L); don't write the merge into the caller's "
+                          "parts (O[...] = or O *= ...)")
 
 
 # What each function should return, for `drill check --repro` (values only reach the learner).
