@@ -15,7 +15,8 @@ not), so MLA adds a small decoupled RoPE key k_rope[t] of width d_rope, ONE for 
 heads, cached beside c_kv. The score of head h at position t is
 
     s[h, t] = (q_nope[h] · k_h[t]  +  q_rope[h] · k_rope[t]) · scale
-    scale   = 1/sqrt(d_nope + d_rope) when scale is None
+    scale   = 1/sqrt(d_nope + d_rope) when scale is None; any other scale is used
+              as given, 0.0 included
 
 and o[h] = Σ_t softmax_t(s[h])[t] · v_h[t].
 

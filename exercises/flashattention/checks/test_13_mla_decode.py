@@ -64,7 +64,9 @@ def diagnose(x: Mla, kw: dict, o: np.ndarray) -> str:
         ]
     else:
         candidates += [
-            (lambda: naive(x, None), "the scale argument was ignored: use it when it is given"),
+            (lambda: naive(x, None),
+             "scale=0.0 was replaced by the default (`scale or ...` treats 0.0 as missing): test `scale is None`"
+             if scale == 0.0 else "the scale argument was ignored: use it when it is given"),
             (lambda: naive(x, 1.0), "the scores were not multiplied by scale"),
         ]
     candidates += [
@@ -178,9 +180,9 @@ def test_latent_part_alone(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√(d_nope + d_rope)"""
+    """An explicit scale replaces 1/√(d_nope + d_rope), 0.0 included (uniform weights)"""
     x = draw(rng, 4, 16, 8, 4, 8, 60)
-    for scale in (0.37, 2.0):
+    for scale in (0.37, 2.0, 0.0):
         check_mla(sub, x, block=16, scale=scale)
 
 
@@ -224,8 +226,10 @@ def test_memory(sub, rng):
     """Peak memory on a long latent cache (H = 128, S = 32768) stays far below an [H, S] score array"""
     sh = MEMORY_SHAPE
     x = draw(rng, sh["H"], sh["d_c"], sh["d_nope"], sh["d_rope"], sh["d_v"], sh["S"], sh["S"] - 5)
-    call = Call("mla_decode", x.describe() + ", block=256")
-    peak, result = peak_bytes(quiet_call, sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, block=256)
+    scale = float(rng.uniform(0.2, 0.4))  # given explicitly here (the wide-heads call below uses the default)
+    call = Call("mla_decode", x.describe() + f", block=256, scale={scale:.6g}")
+    peak, result = peak_bytes(quiet_call, sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, block=256,
+                              scale=scale)
     H, S = sh["H"], sh["S"]
     scores_mib = H * S * 8 / 2**20
     keys_mib = H * S * sh["d_nope"] * 8 / 2**20
@@ -243,7 +247,7 @@ def test_memory(sub, rng):
     o = array(result, call, shape=(H, sh["d_v"]), what="o")
     heads = np.sort(rng.choice(H, 16, replace=False))  # drawn after the call, checked against the naive form
     small = Mla(x.q_nope[heads], x.q_rope[heads], x.c_kv, x.k_rope, x.W_uk[heads], x.W_uv[heads], x.seq_len)
-    close(o[heads], naive(small), call, atol=ATOL, rtol=RTOL, what="o (16 heads drawn at random)",
+    close(o[heads], naive(small, scale), call, atol=ATOL, rtol=RTOL, what="o (16 heads drawn at random)",
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
     # Wide heads over a narrow latent: one head's keys [S, d_nope] are 128 MiB, eight times the cache,
     # so building them even one head at a time stands far above the inputs and a little slack.
@@ -267,37 +271,43 @@ def test_memory(sub, rng):
 
 @pytest.mark.observed
 def test_reads_cache_once(sub, rng):
-    """The latent cache is read once, rows 0 .. seq_len - 1 only"""
+    """The latent cache is read once, rows 0 .. seq_len - 1 only, for any number of heads and scale"""
     S, seq_len, block = 200, 150, 32
-    x = draw(rng, 6, 16, 8, 4, 8, S, seq_len, poison=0.0)
-    call = Call("mla_decode", x.describe() + f", block={block}")
-    # Recorded as views: a slice logs nothing until it is used, so a prefix sliced once and
-    # then used whole for every head shows each use. A block reused while it is the one in use
-    # (scores, then the weighted sum) is read once, as a kernel keeps it on chip.
-    outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: ["c_kv", "views"], 3: ["k_rope", "views"]},
-                            _hints=WARNING_HINTS, block=block)
-    o = array(outcome.result, call, shape=(6, 8), what="o")
-    close(o, naive(x), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
-          nan_hint=WATCHED_VALUES_HINT)
-    reads, truncated = iocount.summarize(outcome.reads, {"c_kv": S, "k_rope": S}, blocks={"c_kv": block, "k_rope": block})
-    check_reads_seen(call, {name: iocount.Reads(seq_len, r.rows, r.largest, min(r.covered, seq_len), r.passes)
-                            for name, r in reads.items()}, truncated)
-    for name, r in reads.items():
-        spans = [entry[1:3] for entry in outcome.reads or [] if isinstance(entry, list) and len(entry) in (4, 5)
-                 and entry[0] == name and isinstance(entry[2], int)]
-        past = max((stop for _, stop in spans), default=0)
-        if past > seq_len:
-            fail(f"rows of {name} up to {past - 1} were read, past seq_len - 1 = {seq_len - 1}", called=str(call),
-                 got=f"{name} read up to row {past - 1}", expected=f"rows 0 .. {seq_len - 1} only",
-                 hint=(f"the whole cache was used ({name}.T, {name} @ ..., or a loop to len({name})) and the rows "
-                       "past seq_len masked afterwards: they may hold NaN, so stop the loop at seq_len"))
-        if r.rows > seq_len:
-            fail(f"{name} was read {r.rows / seq_len:.3g} times over (observed)", called=str(call),
-                 got=f"{r.rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
-                 hint=("a loop over heads that walks the whole cache for every head (or a two-pass softmax: one "
-                       "pass for the max, one for the sum) reads the cache again and again; decode is bound by "
-                       "these reads. Absorb the query of every head, score each block for all H heads at once "
-                       "([H, b]) and keep a running max and sum per head"))
+    # Twice, the default scale and an explicit one, each with a head count drawn anew (8 or more in one):
+    # a loop over heads re-reads the cache H times, however few or many heads there are.
+    for H, scale in [(int(rng.integers(2, 33)), None), (int(rng.integers(8, 33)), float(rng.uniform(0.2, 0.5)))]:
+        x = draw(rng, H, 16, 8, 4, 8, S, seq_len, poison=0.0)
+        kw = {"block": block} if scale is None else {"block": block, "scale": scale}
+        call = Call("mla_decode", x.describe() + "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}"
+                                                         for k, v in kw.items()))
+        # Recorded as views: a slice logs nothing until it is used, so a prefix sliced once and
+        # then used whole for every head shows each use. A block reused while it is the one in use
+        # (scores, then the weighted sum) is read once, as a kernel keeps it on chip.
+        outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: ["c_kv", "views"], 3: ["k_rope", "views"]},
+                                _hints=WARNING_HINTS, **kw)
+        o = array(outcome.result, call, shape=(H, 8), what="o")
+        close(o, naive(x, scale), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
+              nan_hint=WATCHED_VALUES_HINT)
+        reads, truncated = iocount.summarize(outcome.reads, {"c_kv": S, "k_rope": S},
+                                             blocks={"c_kv": block, "k_rope": block})
+        check_reads_seen(call, {name: iocount.Reads(seq_len, r.rows, r.largest, min(r.covered, seq_len), r.passes)
+                                for name, r in reads.items()}, truncated)
+        for name, r in reads.items():
+            spans = [entry[1:3] for entry in outcome.reads or [] if isinstance(entry, list) and len(entry) in (4, 5)
+                     and entry[0] == name and isinstance(entry[2], int)]
+            past = max((stop for _, stop in spans), default=0)
+            if past > seq_len:
+                fail(f"rows of {name} up to {past - 1} were read, past seq_len - 1 = {seq_len - 1}", called=str(call),
+                     got=f"{name} read up to row {past - 1}", expected=f"rows 0 .. {seq_len - 1} only",
+                     hint=(f"the whole cache was used ({name}.T, {name} @ ..., or a loop to len({name})) and the rows "
+                           "past seq_len masked afterwards: they may hold NaN, so stop the loop at seq_len"))
+            if r.rows > seq_len:
+                fail(f"{name} was read {r.rows / seq_len:.3g} times over (observed)", called=str(call),
+                     got=f"{r.rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
+                     hint=("a loop over heads that walks the whole cache for every head (or a two-pass softmax: one "
+                           "pass for the max, one for the sum) reads the cache again and again; decode is bound by "
+                           "these reads. Absorb the query of every head, score each block for all H heads at once "
+                           "([H, b]) and keep a running max and sum per head"))
 
 
 # What the function should return, for `drill check --repro` (values only reach the learner).
