@@ -8,9 +8,10 @@ causal bound, and long-context models add a sliding window. The mask is given by
     q_doc   int [sq]   document id of each query row     (ids are labels: any integers)
     kv_doc  int [sk]   document id of each key row
     causal  bool       key j visible only if j <= i'           (i' = i + sk - sq, bottom-right)
-    window  int|None   sliding window: 0 <= i' - j < window  (a window implies causal)
+    window  int|None   sliding window: 0 <= i' - j < window  (a window implies causal; 0: no key)
 
-Query i sees key j when q_doc[i] == kv_doc[j] and the position rules above hold.
+Query i sees key j when q_doc[i] == kv_doc[j] and the position rules above hold (an id may
+label several separate runs of keys: equal ids match, wherever they stand).
 
 A FlashAttention kernel works on [Br, Bc] tiles (exercise 03), so FlexAttention first
 sorts every tile into one of three kinds, the block mask:
@@ -22,13 +23,15 @@ sorts every tile into one of three kinds, the block mask:
 Tile (i, j) holds rows i*Br .. min((i+1)*Br, sq) - 1 and keys j*Bc .. min((j+1)*Bc, sk) - 1;
 the ragged last tiles are simply smaller (judge only the pairs they really hold).
 
-block_kinds(q_doc, kv_doc, window, causal, Br, Bc) returns kinds, int [Tr, Tc] with
-Tr = ceil(sq / Br), Tc = ceil(sk / Bc). Never build an sq×sk mask: judge each tile from
-its own rows and keys (the checks measure your peak memory at sq = sk = 8192).
+block_kinds(q_doc, kv_doc, window, causal, Br, Bc) returns kinds, int [Tr, Tc] (an integer
+dtype, not float) with Tr = ceil(sq / Br), Tc = ceil(sk / Bc). Never build an sq×sk mask: judge
+each tile from its own rows and keys (the checks measure your peak memory at sq = sk = 8192).
 
 masked_flash_forward(...) is exercise 03's forward under that mask, returning (O, L):
 scores only for tiles of kind 1 and 2, the mask only on kind 1. A row that sees no key
 gets O = 0 and L = -inf, with no NaN and no numpy warning. It never holds an sq×sk array.
+The scores are scaled by 1/sqrt(d) when scale is None; any other scale is used as given,
+0.0 included.
 
 Example: documents of lengths 5 and 3 (q_doc = kv_doc = [0,0,0,0,0,1,1,1]), causal, Br = Bc = 4:
     kinds = [[1, 0],     tile (0,0): rows 0-3, keys 0-3, causal triangle: partial

@@ -42,7 +42,7 @@ CASES = {
     "packed documents": [(None, [5, 17, 9, 33], None, False, 8, 8), (None, [13, 2, 30], None, False, 4, 16)],
     "documents, causal": [(None, [5, 17, 9, 33], None, True, 8, 8), (None, [40, 7, 21], None, True, 16, 8)],
     "sliding window": [(None, [70], 10, False, 8, 8), (None, [45], 1, False, 8, 4), (None, [30], 64, False, 8, 8),
-                       (None, [50], 8, True, 8, 8)],
+                       (None, [50], 8, True, 8, 8), (None, [20], 0, False, 8, 8)],  # window=0: no key at all
     "documents and a window": [(None, [20, 40, 11], 16, False, 8, 16), (None, [33, 33], 5, True, 4, 4)],
     "sq != sk (queries are the last rows)": [(20, [30, 25], None, True, 8, 8), (13, [30, 25], 7, False, 4, 8),
                                              (9, [6, 40], None, False, 4, 4)],
@@ -105,6 +105,15 @@ def diagnose_kinds(q_doc, kv_doc, window, causal, Br, Bc, got) -> str:
     return ""
 
 
+def kinds_array(result, call, shape) -> np.ndarray:
+    got = array(result, call, shape=shape, what="kinds")
+    if not np.issubdtype(result.dtype, np.integer):
+        fail("kinds is not an integer array", called=str(call), got=f"dtype {result.dtype}",
+             expected="an integer dtype (np.int64, np.int8, ...): kinds are the labels 0, 1, 2",
+             hint="create kinds with np.zeros((Tr, Tc), dtype=np.int64), or convert with .astype(np.int64)")
+    return got
+
+
 def check_kinds(sub, q_doc, kv_doc, window, causal, Br, Bc):
     sq, sk = len(q_doc), len(kv_doc)
     call = Call("block_kinds", f"q_doc[{sq}]={show(q_doc, 4)}, kv_doc[{sk}], window={window}, causal={causal}, "
@@ -115,7 +124,7 @@ def check_kinds(sub, q_doc, kv_doc, window, causal, Br, Bc):
         fail("kinds has the wrong shape", called=str(call), got=f"shape {result.shape}",
              expected=f"shape ({Tr}, {Tc}): Tr = ceil(sq / Br) by Tc = ceil(sk / Bc)",
              hint="count the ragged last tiles too: ceil division, -(-sq // Br)")
-    got = array(result, call, shape=(Tr, Tc), what="kinds")
+    got = kinds_array(result, call, (Tr, Tc))
     want = kinds_of(dense_mask(q_doc, kv_doc, window, causal), Br, Bc)
     if not (got == want).all():
         fail("kinds differ from the dense mask's tiles", called=str(call),
@@ -133,11 +142,16 @@ def test_kinds(sub, case):
 
 
 def test_kinds_any_document_ids(sub, rng):
-    """Document ids are labels, not positions: any integers, in any order"""
+    """Document ids are labels, not positions: any integers, in any order, one id in separate runs"""
     lengths = [9, 14, 3, 22]
     kv_doc = packed(lengths, rng=rng, shuffle_ids=True)
     check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, True, 8, 8)
     check_kinds(sub, kv_doc.copy(), kv_doc.copy(), 6, False, 4, 8)
+    # One id labelling two separate runs: its keys are not one range from its first to its last key.
+    kv_doc = np.repeat(np.array([5, -2, 5, 9]), [8, 8, 8, 8]).astype(np.int64)
+    check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, False, 8, 8)
+    Q, K, V = _inputs(rng, 32, 32, 8)
+    check_forward(sub, Q, K, V, kv_doc, kv_doc, Br=8, Bc=8)
 
 
 @pytest.mark.peak_memory
@@ -145,8 +159,9 @@ def test_kinds_memory(sub):
     """block_kinds at sq = sk = 8192 never builds an sq×sk mask (peak memory measured)"""
     n, B = KINDS_MEMORY_SIZE, 128
     kv_doc = packed([1000, 3000, 192, 2000, 2000])
-    call = Call("block_kinds", f"q_doc, kv_doc [{n}] (5 documents), window=None, causal=True, Br={B}, Bc={B}")
-    peak, result = peak_bytes(quiet_call, sub.block_kinds, call, kv_doc.copy(), kv_doc.copy(), None, True, B, B)
+    # Documents only (the forward's memory check is causal, the long-K one has a window).
+    call = Call("block_kinds", f"q_doc, kv_doc [{n}] (5 documents), window=None, causal=False, Br={B}, Bc={B}")
+    peak, result = peak_bytes(quiet_call, sub.block_kinds, call, kv_doc.copy(), kv_doc.copy(), None, False, B, B)
     if peak > 12 * 2**20:
         fail(f"block_kinds held {peak / 2**20:.1f} MiB at its peak: that is an sq×sk mask, not tiles",
              called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
@@ -155,11 +170,9 @@ def test_kinds_memory(sub):
                   "or from document boundaries, never from a mask of the whole sequence")
     note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; a {n}×{n} boolean mask is "
          f"{n * n / 2**20:.0f} MiB)")
-    got = array(result, call, shape=(n // B, n // B), what="kinds")
+    got = kinds_array(result, call, (n // B, n // B))
     # Every tile, one strip of B query rows at a time (a strip's mask is B×n here, never n×n).
-    want = np.concatenate([kinds_of(dense_mask(kv_doc[i:i + B], kv_doc, None, True)
-                                    & (np.arange(n)[None, :] <= np.arange(i, i + B)[:, None]), B, B)
-                           for i in range(0, n, B)])
+    want = np.concatenate([kinds_of(dense_mask(kv_doc[i:i + B], kv_doc), B, B) for i in range(0, n, B)])
     close(got, want, call, atol=0, what="kinds", hint="memory is fine but the kinds are wrong; the other checks "
                                                       "name the mistake")
 
@@ -259,10 +272,10 @@ def test_rows_without_keys(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d"""
+    """An explicit scale replaces 1/√d, 0.0 included"""
     kv_doc = packed([17, 23])
     Q, K, V = _inputs(rng, 40, 40, 8)
-    for scale in (0.37, 2.0):
+    for scale in (0.37, 2.0, 0.0):
         check_forward(sub, Q, K, V, kv_doc, kv_doc, causal=True, Br=8, Bc=8, scale=scale)
 
 
@@ -287,37 +300,37 @@ def test_large_logits(sub, rng):
 @pytest.mark.peak_memory
 def test_forward_memory(sub, rng):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix or dense mask"""
-    n, d = MEMORY_SIZE, 16
+    n, d, scale = MEMORY_SIZE, 16, 0.3  # an explicit scale: the tiled path must not depend on scale=None
     kv_doc = packed([700, 1500, 396, 1500])
     Q, K, V = _inputs(rng, n, n, d)
-    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal=True, Br=128, Bc=128")
+    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal=True, Br=128, Bc=128, scale={scale}")
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(),
-                              kv_doc.copy(), kv_doc.copy(), causal=True, Br=128, Bc=128)
+                              kv_doc.copy(), kv_doc.copy(), causal=True, Br=128, Bc=128, scale=scale)
     check_peak(peak, call, "masked_flash_forward")
     note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; one {n}×{n} float64 score matrix is "
          f"{n * n * 8 / 2**20:.0f} MiB, a boolean mask {n * n / 2**20:.0f} MiB)")
     O, L = pair(result, call, "O, L", ((n, d), (n,)))
     # Every row, 512 at a time: code right on most rows and wrong on a few is still wrong.
     parts = [attention(Q[i:i + 512], K, V, dense_mask(kv_doc[i:i + 512], kv_doc, None, False)
-                       & (np.arange(n)[None, :] <= np.arange(i, i + 512)[:, None])) for i in range(0, n, 512)]
+                       & (np.arange(n)[None, :] <= np.arange(i, i + 512)[:, None]), scale) for i in range(0, n, 512)]
     hint = "memory is fine, but the result is wrong at this size; the other checks name the mistake"
     close(O, np.concatenate([o for o, _ in parts]), call, atol=O_ATOL, rtol=O_RTOL, what="O", hint=hint)
     close(L, np.concatenate([lse for _, lse in parts]), call, atol=L_ATOL, rtol=L_RTOL, what="L", hint=hint)
 
 
-# One query row against 2^21 keys of width 1, a sliding window of 4096: a single row of scores or of
-# mask values over all keys (an sq×sk array, 16 MiB as float64) is as large as K itself, while the
-# one live tile is 32 KiB. The limit is the inputs plus LONG_SLACK_BYTES.
-LONG_SK, LONG_WINDOW, LONG_BC, LONG_SLACK_BYTES = 2**21, 4096, 4096, 8 * 2**20
+# LONG_SQ = Br query rows against 2^21 keys of width 1, a sliding window of 4096: one row of scores over
+# all keys is 16 MiB (as large as K itself), the whole sq×sk mask 32 MiB even as booleans, while a live
+# tile is 0.5 MiB. The limit is the inputs plus LONG_SLACK_BYTES.
+LONG_SQ, LONG_SK, LONG_WINDOW, LONG_BC, LONG_SLACK_BYTES = 16, 2**21, 4096, 4096, 8 * 2**20
 
 
 @pytest.mark.peak_memory
 def test_forward_memory_long_keys(sub, rng):
-    """Peak memory with one query row against 2^21 keys in a sliding window stays at tiles"""
-    Q, K, V = _inputs(rng, 1, LONG_SK, 1)
-    q_doc, kv_doc = np.zeros(1, dtype=np.int64), np.zeros(LONG_SK, dtype=np.int64)
+    """Peak memory with 16 query rows against 2^21 keys in a sliding window stays at tiles"""
+    Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)
+    q_doc, kv_doc = np.zeros(LONG_SQ, dtype=np.int64), np.zeros(LONG_SK, dtype=np.int64)
     kw = dict(window=LONG_WINDOW, causal=True, Br=16, Bc=LONG_BC)
-    call = Call("masked_flash_forward", f"Q [1x1], K, V [{LONG_SK}x1], one document, window={LONG_WINDOW}, "
+    call = Call("masked_flash_forward", f"Q [{LONG_SQ}x1], K, V [{LONG_SK}x1], one document, window={LONG_WINDOW}, "
                                         f"causal=True, Br=16, Bc={LONG_BC}")
     held = Q.nbytes + K.nbytes + V.nbytes + q_doc.nbytes + kv_doc.nbytes
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
@@ -327,64 +340,69 @@ def test_forward_memory_long_keys(sub, rng):
              called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
              expected=(f"under {(held + LONG_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) and "
                        f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {LONG_SK:,} keys is "
-                       f"{LONG_SK * 8 / 2**20:.0f} MiB"),
+                       f"{LONG_SK * 8 / 2**20:.0f} MiB, the {LONG_SQ}×{LONG_SK:,} boolean mask "
+                       f"{LONG_SQ * LONG_SK / 2**20:.0f} MiB"),
              hint=("a row of scores (or of mask values) over all keys was built, then masked: only the tiles of "
                    "kind 1 and 2 may be computed, each from its own rows and keys"))
-    O, L = pair(result, call, "O, L", ((1, 1), (1,)))
-    live = slice(LONG_SK - LONG_WINDOW, LONG_SK)
-    O_ref, L_ref = attention(Q, K[live], V[live], np.ones((1, LONG_WINDOW), dtype=bool))
+    O, L = pair(result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
+    live = slice(LONG_SK - LONG_WINDOW - LONG_SQ, LONG_SK)  # the keys any row's window reaches (and a few more)
+    O_ref, L_ref = attention(Q, K[live], V[live], dense_mask(q_doc, kv_doc[live], LONG_WINDOW, True))
     close(O, O_ref, call, atol=1e-8, rtol=1e-8, what="O", hint="memory is fine, but O is wrong on a long K")
     close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
 
 
 # --- how the work is done (observed inside your process) -----------------------------------
 
-# Documents and windows whose tiles are mostly empty: (kv lengths, window, causal, Br, Bc).
+# Documents and windows whose tiles are mostly empty:
+# (q length or None for sq = sk, kv lengths, window, causal, Br, Bc, scale).
 # d = 5 differs from every tile size, so no [rows, d] array is taken for a tile.
-SPARSE = {"documents, causal": ([24, 40, 16, 32], None, True, 8, 8),
-          "sliding window": ([96], 12, False, 8, 8),
-          "documents and a window": ([48, 48], 10, False, 8, 16)}
+SPARSE = {"documents, causal": (None, [24, 40, 16, 32], None, True, 8, 8, None),
+          "sliding window": (None, [96], 12, False, 8, 8, 0.3),
+          "documents and a window": (None, [48, 48], 10, False, 8, 16, None),
+          "sq < sk, documents, causal": (80, [20, 36, 40], None, True, 8, 8, None)}
 
 
 def _observe(sub, rng, case):
-    lengths, window, causal, Br, Bc = SPARSE[case]
-    kv_doc = packed(lengths)
-    n = len(kv_doc)
-    Q, K, V = _inputs(rng, n, n, 5)
-    kw = dict(window=window, causal=causal, Br=Br, Bc=Bc)
-    call = Call("masked_flash_forward", f"Q, K, V [{n}x5], documents {lengths}, window={window}, causal={causal}, "
-                                        f"Br={Br}, Bc={Bc}")
+    q_len, lengths, window, causal, Br, Bc, scale = SPARSE[case]
+    q_doc, kv_doc = _docs(q_len, lengths)
+    sq, sk = len(q_doc), len(kv_doc)
+    Q, K, V = _inputs(rng, sq, sk, 5)
+    kw = dict(window=window, causal=causal, Br=Br, Bc=Bc) | ({} if scale is None else dict(scale=scale))
+    shapes = f"Q, K, V [{sk}x5]" if sq == sk else f"Q [{sq}x5] (the last rows), K, V [{sk}x5]"
+    call = Call("masked_flash_forward", f"{shapes}, documents {lengths}, window={window}, causal={causal}, "
+                                        f"Br={Br}, Bc={Bc}" + ("" if scale is None else f", scale={scale}"))
     sub.use_helper(PROBE)
-    kinds = kinds_of(dense_mask(kv_doc, kv_doc, window, causal), Br, Bc)
-    outcome = observed_call(sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), kv_doc.copy(),
+    mask = dense_mask(q_doc, kv_doc, window, causal)
+    kinds = kinds_of(mask, Br, Bc)
+    outcome = observed_call(sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
                             kv_doc.copy(), record={0: "Q", 1: "K", 2: "V"},
                             helper={"module": PROBE.stem, "spec": {"tile": [Br, Bc]}}, **kw)
-    O, L = pair(outcome.result, call, "O, L", ((n, 5), (n,)))
-    O_ref, _ = attention(Q, K, V, dense_mask(kv_doc, kv_doc, window, causal))
+    O, L = pair(outcome.result, call, "O, L", ((sq, 5), (sq,)))
+    O_ref, _ = attention(Q, K, V, mask, scale)
     close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake",
           nan_hint=WATCHED_VALUES_HINT)
-    return call, n, kinds, outcome
+    return call, (sq, sk), kinds, outcome
 
 
 @pytest.mark.observed
 @pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
 def test_skips_empty_tiles(sub, rng, case):
     """No score tile is computed for an empty block (seen in the rows of Q and K read)"""
-    call, n, kinds, outcome = _observe(sub, rng, case)
-    _, _, _, Br, Bc = SPARSE[case]
-    reads, truncated = iocount.summarize(outcome.reads, {"Q": n, "K": n, "V": n})
+    call, (sq, sk), kinds, outcome = _observe(sub, rng, case)
+    Br, Bc = SPARSE[case][4:6]
+    reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk})
     # Every row belongs to some non-empty tile here, so all of Q, K and V is read through the arrays
     # passed in, in blocks: rows read through a converted copy (np.asarray) or whole are not counted.
     check_reads_seen(call, reads, truncated)
     check_block_reads(call, reads, {"Q": (Br, "Br"), "K": (Bc, "Bc"), "V": (Bc, "Bc")})
-    heights = np.array([min(Br, n - i * Br) for i in range(kinds.shape[0])])
-    widths = np.array([min(Bc, n - j * Bc) for j in range(kinds.shape[1])])
+    heights = np.array([min(Br, sq - i * Br) for i in range(kinds.shape[0])])
+    widths = np.array([min(Bc, sk - j * Bc) for j in range(kinds.shape[1])])
     live = kinds > 0
     k_needed = int((live * widths[None, :]).sum())  # K rows read when Q blocks are outside
     q_needed = int((live * heights[:, None]).sum())  # Q rows read when K/V blocks are outside
     q_rows, k_rows = reads["Q"].rows, reads["K"].rows
-    q_outside = k_rows <= k_needed and q_rows <= max(n, q_needed)
-    kv_outside = q_rows <= q_needed and k_rows <= max(n, k_needed)
+    q_outside = k_rows <= k_needed and q_rows <= max(sq, q_needed)
+    kv_outside = q_rows <= q_needed and k_rows <= max(sk, k_needed)
     if q_outside or kv_outside:
         return
     empty = int((kinds == 0).sum())
@@ -395,7 +413,7 @@ def test_skips_empty_tiles(sub, rng, case):
                    f"most {q_needed} (K/V blocks outside)"),
          hint=("every (query block, key block) pair was visited and the mask applied afterwards: loop only over "
                "the key blocks whose kind is not 0 (np.flatnonzero(kinds[i])), so an empty tile costs no load and "
-               "no matmul" if k_rows < n * kinds.shape[0] + 1 else
+               "no matmul" if k_rows < sk * kinds.shape[0] + 1 else
                "K or Q was read whole (K.T, K * scale, np.max(K)) or more than once per tile: slice the blocks of "
                "the non-empty tiles from the arrays you were given"))
 
@@ -404,7 +422,7 @@ def test_skips_empty_tiles(sub, rng, case):
 @pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
 def test_full_tiles_unmasked(sub, rng, case):
     """No mask is applied to a full tile (np.where on a score tile whose pairs are all visible)"""
-    call, n, kinds, outcome = _observe(sub, rng, case)
+    call, _, kinds, outcome = _observe(sub, rng, case)
     masked_full = outcome.extra.get("all_visible", 0)
     if not isinstance(masked_full, int) or masked_full <= 0:
         return
