@@ -351,6 +351,29 @@ def _result_limit(cases) -> int:
     return max([RESULT_LIMIT_BYTES] + [c.shard_bytes + 4096 for c in cases])
 
 
+def check_future_work_skipped(runs, world: int, plain_call, causal_call, work: str) -> None:
+    """Causal ring: rank r's queries see the shards of ranks 0 to r only, so with future shards
+    skipped it does about (r + 1)/W of its unmasked matmul work (the last rank has none to skip).
+    `work` names the block maths in the hints ("the weighted sum", "the gradients")."""
+    for rank in range(world - 1):
+        plain, causal = (runs.done(world, rank, case).get("flops") for case in ("plain", "causal"))
+        if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
+            fail(f"rank {rank}'s matmul work could not be counted (W = {world})", called=plain_call(world, rank),
+                 got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
+                 expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
+                 hint=f"compute the scores and {work} on torch tensors with @ (q @ k.T, p @ v), not with "
+                      "elementwise products summed or in NumPy: the check counts each rank's matmul work to see "
+                      "that future shards are skipped")
+        if causal > plain * (rank + 1.5) / world:
+            fail(f"rank {rank} did {causal / plain:.0%} of the unmasked matmul work with causal=True (W = {world})",
+                 called=causal_call(world, rank), got=f"{causal} FLOPs causal, {plain} without a mask",
+                 expected=f"about {rank + 1}/{world} of it: rank {rank}'s queries see the shards of ranks 0 to "
+                          f"{rank} only",
+                 hint=f"every K/V shard from a later rank is fully masked for this rank's queries: skip {work} for "
+                      "it (src > rank) instead of computing it and masking it away, on every rank; that skip is "
+                      "what saves about half the work of causal ring attention")
+
+
 def group_ranks(case, world: int) -> list[int]:
     """The global ranks that take part in a case, in group order (every rank unless it names a group)."""
     group = getattr(case, "group", None)

@@ -18,8 +18,8 @@ import pytest
 from drill.grader import submission
 from drill.grader.expect import CheckFailure, close, fail, matches, show
 
-from ._ring_runs import (BY_NAME, CASES, MEMORY_WORLDS, WORLDS, check_rank_memory, combine, group_ranks, launch, partials,
-                         shard_of)
+from ._ring_runs import (BY_NAME, CASES, MEMORY_WORLDS, WORLDS, check_future_work_skipped, check_rank_memory, combine,
+                         group_ranks, launch, partials, shard_of)
 
 P2P_SENDS = ("send", "isend", "send_object_list")
 P2P_RECVS = ("recv", "irecv", "recv_object_list")
@@ -336,26 +336,7 @@ def test_skips_future_shards(runs):
                           "away; a fully masked block contributes nothing, so skip it (src > rank). That skip "
                           "is what saves about half the work of causal ring attention")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
-        # Rank r sees the shards of ranks 0 to r only: with the skip it does about (r + 1)/W of the
-        # unmasked matmul work. The last rank has no future shard.
-        for rank in range(world - 1):
-            plain, causal = (runs.done(world, rank, case).get("flops") for case in ("plain", "causal"))
-            if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
-                fail(f"rank {rank}'s matmul work could not be counted (W = {world})",
-                     called=BY_NAME["plain"].call(world, rank),
-                     got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
-                     expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
-                     hint="compute the scores and the weighted sum on torch tensors with @ (q @ k.T, p @ v), not "
-                          "with elementwise products summed or in NumPy: the check counts each rank's matmul work "
-                          "to see that future shards are skipped")
-            if causal > plain * (rank + 1.5) / world:
-                fail(f"rank {rank} did {causal / plain:.0%} of the unmasked matmul work with causal=True "
-                     f"(W = {world})", called=BY_NAME["causal"].call(world, rank),
-                     got=f"{causal} FLOPs causal, {plain} without a mask",
-                     expected=f"about {rank + 1}/{world} of it: rank {rank} needs the shards of ranks 0 to {rank} only",
-                     hint="every K/V shard from a later rank is fully masked for this rank's queries: skip the "
-                          "attention for it (src > rank) instead of computing it and masking it away, on every "
-                          "rank; that skip is what saves about half the work of causal ring attention")
+        check_future_work_skipped(runs, world, BY_NAME["plain"].call, BY_NAME["causal"].call, "the attention")
 
 
 @pytest.mark.observed

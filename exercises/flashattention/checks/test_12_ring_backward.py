@@ -19,7 +19,8 @@ import pytest
 from drill.grader import fixtures, submission
 from drill.grader.expect import CheckFailure, close, fail, matches, show
 
-from ._ring_runs import MEMORY_WORLDS, WORLDS, Case, cases_in, check_rank_memory, group_ranks, launch
+from ._ring_runs import (MEMORY_WORLDS, WORLDS, Case, cases_in, check_future_work_skipped, check_rank_memory, group_ranks,
+                         launch)
 
 NAMES = ("q", "k", "v", "o", "lse", "do")
 GRADS = ("dq", "dk", "dv")
@@ -383,25 +384,7 @@ def test_skips_future_shards(runs):
                           "masked P afterwards; skip such a shard (src > rank): no scores, no gradient, but still "
                           "pass it (and its gradients) on")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
-        # Rank r's queries see shards 0 ... r only: with the skip it does about (r + 1)/W of the unmasked work.
-        for rank in range(world - 1):  # the last rank has no future shard
-            plain, causal = (runs.done(world, rank, case).get("flops") for case in ("plain", "causal"))
-            if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
-                fail(f"rank {rank}'s matmul work could not be counted (W = {world})",
-                     called=BY_NAME["plain"].call(world, rank),
-                     got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
-                     expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
-                     hint="compute the scores and the gradients on torch tensors with @ (q @ k.T, p @ v), not with "
-                          "elementwise products summed or in NumPy: the check counts each rank's matmul work to see "
-                          "that future shards are skipped")
-            if causal > plain * (rank + 1.5) / world:
-                fail(f"rank {rank} did {causal / plain:.0%} of the unmasked matmul work with causal=True "
-                     f"(W = {world})", called=BY_NAME["causal"].call(world, rank),
-                     got=f"{causal} FLOPs causal, {plain} without a mask",
-                     expected=f"about {rank + 1}/{world} of it: rank {rank}'s queries see the shards of ranks 0 to "
-                              f"{rank} only",
-                     hint="every K/V shard from a later rank is fully masked for this rank's queries: skip its "
-                          "gradient work (src > rank) instead of computing it and masking it away, on every rank")
+        check_future_work_skipped(runs, world, BY_NAME["plain"].call, BY_NAME["causal"].call, "the gradients")
 
 
 def test_explicit_group(runs):
