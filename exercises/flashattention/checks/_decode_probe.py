@@ -45,3 +45,46 @@ def seeded(fn, args, kwargs, spec: dict, user_file: str):
     from _triton_probe import packed  # copied beside subject.py with this file (test_10's HELPERS)
 
     return packed(fn(q, k, v, seq_lens))
+
+
+# Largest float tensor argument of a launch copied back after it ran (elements): the partials of
+# the checks' calls are a few thousand; nothing larger is sent.
+_ARG_LIMIT = 1 << 20
+
+
+def watched(fn, args, kwargs, spec: dict, user_file: str):
+    """One checked call: _triton_probe.call (inputs rebuilt with guards, allocations poisoned, torch
+    compute and launches recorded), and beside it the float tensor arguments of every launch from
+    the user's file, copied as they are just after that launch ran (the split kernel's PART_O and
+    PART_L among them; q, k and v too, which match no partial), in the order of those launches.
+    Advice like the rest of the probe: it can fail a check, never pass one."""
+    import _triton_probe as base  # copied beside subject.py with this file (test_10's HELPERS)
+
+    after: list = []
+
+    class Copying(base.Launches):
+        def _wrap(self, original):
+            recorded = super()._wrap(original)
+            user = self.user_file
+
+            def run(this, *a, **kw):
+                out = recorded(this, *a, **kw)
+                code = getattr(getattr(this, "fn", None), "__code__", None)
+                if (not kw.get("warmup", False) and code is not None and code.co_filename == user
+                        and len(after) < 16):
+                    copies = []
+                    for position, arg in enumerate(a):
+                        if type(arg) is torch.Tensor and arg.is_floating_point() and arg.numel() <= _ARG_LIMIT:
+                            copies.append([position, base._as_array(arg.float())])
+                    after.append(copies)
+                return out
+
+            return run
+
+    base.Launches, kept = Copying, base.Launches
+    try:
+        value = base.call(fn, args, kwargs, spec, user_file)
+    finally:
+        base.Launches = kept
+    value["after_launches"] = after
+    return value
