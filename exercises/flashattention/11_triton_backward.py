@@ -4,6 +4,7 @@
     forward:   s = q kᵀ · sm_scale,  p = softmax(s),  o = p v      q, k, v, o: [B, H, S, D]
     given:     o, lse = logsumexp(s) per row [B, H, S] (fp32, natural log), do = ∂loss/∂o
     wanted:    dq, dk, dv, each [B, H, S, D] in q's dtype          sm_scale defaults to 1/√D
+                                                                   (None only: 0.0 is a scale)
     causal=True: query i sees only keys j <= i (q and k have the same length S)
 
 The backward of one (query block i, key block j) pair, with everything recomputed on chip:
@@ -20,6 +21,10 @@ The launcher below is written for you (grids, strides, outputs); write the three
   _bwd_preprocess    grid (cdiv(S, BLOCK_M), B·H):  delta[b·H + h, i] = Σ_d do[b, h, i, d] · o[b, h, i, d]
   _bwd_dkdv_kernel   grid (cdiv(S, BLOCK_N), B·H):  one key block per program; loop over query blocks
   _bwd_dq_kernel     grid (cdiv(S, BLOCK_M), B·H):  one query block per program; loop over key blocks
+
+Scores, p, dp and ds exist only block by block inside a program: no buffer keeps them (drill
+counts the memory your kernels are handed besides the inputs and outputs) and no program builds
+a block larger than 128 × 128 elements, let alone a whole head's S × S.
 
 Each program owns the gradient rows it writes, so no atomics are needed (the other layout
 drill accepts, one kernel over key blocks adding dq with tl.atomic_add into a zeroed fp32

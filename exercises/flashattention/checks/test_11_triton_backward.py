@@ -511,10 +511,14 @@ def test_causal(sub, mode, S):
 
 
 def test_sm_scale(sub, mode):
-    """An explicit sm_scale is used in the recomputed scores and in dq, dk"""
+    """An explicit sm_scale is used in the recomputed scores and in dq, dk (0.0 included)"""
     B, H, S, D = pick((1, 1, 40, 16), (1, 2, 500, 64))
     for causal in (False, True):
         check_case(sub, make_case(B, H, S, D, mode, seed=7, causal=causal, sm_scale=0.3))
+    # 0.0 is a scale like any other (every p row uniform over the keys it sees, dq = dk = 0), not
+    # "use the default": `sm_scale or 1/√D` turns it into 1/√D.
+    for causal in (False, True):
+        check_case(sub, make_case(B, H, S, D, mode, seed=17, causal=causal, sm_scale=0.0))
 
 
 @pytest.mark.parametrize("kind", ["spread", "negative"], ids=["scores in the hundreds", "scores near -600"])
@@ -611,6 +615,47 @@ def test_launches(sub, mode):
         err = max_error(g.numpy(), r.cpu().numpy())
         if err > tol:
             fail(f"{NAMES[i]} is wrong (largest error {err:.3g}, allowed {tol:.3g})", called=call)
+
+
+# One head long enough that its S×S scores dwarf every buffer a FlashAttention backward needs.
+ON_CHIP_CASE = pick((1, 1, 384, 16), (1, 1, 4096, 64))
+# The largest block a program may build: 128 × 128 elements, the largest tile any GPU backward
+# uses (the interpreter's launcher uses 16 and 32); a head's scores at ON_CHIP_CASE are S × S.
+MAX_BLOCK = 128 * 128
+
+
+@pytest.mark.observed
+def test_scores_stay_on_chip(sub, mode):
+    """Scores are rebuilt block by block: no program holds, and no buffer keeps, a head's S×S matrix"""
+    B, H, S, D = ON_CHIP_CASE
+    case = make_case(B, H, S, D, mode, seed=14)
+    call = case.describe()
+    _, reply = check_case(sub, case)
+    seen = reply.observed
+    block = seen.get("largest_block")
+    if not mode.gpu and not isinstance(block, int):  # fails closed: the interpreter's blocks went unseen
+        fail("the blocks your kernels build could not be watched", called=call,
+             got="no record of the blocks (was triton's interpreter patched?)",
+             expected="kernels run by the Triton interpreter as drill launched them")
+    if isinstance(block, int) and block > MAX_BLOCK:
+        fail(f"one of your programs built a block of {block} elements; a head's scores here are "
+             f"{S}×{S} = {S * S}", called=call,
+             got=f"a block of {block} elements", expected=f"blocks of at most {MAX_BLOCK} elements (128 × 128)",
+             hint="no program holds a whole head: each takes one block of BLOCK_M queries or BLOCK_N keys and "
+                  "loops over the other side in blocks, grid = (triton.cdiv(S, BLOCK), B * H)")
+    scratch = seen.get("scratch_bytes")
+    # Room for four fp32 [B, H, S, D] buffers (dq added atomically, fp32 dk and dv, a spare copy)
+    # and four fp32 [B, H, S] (delta, a copy of lse, ...); one byte per score of one head is S/D
+    # times more than a [S, D] buffer.
+    allowed = 4 * (B * H * S * D * 4) + 4 * (B * H * S * 4)
+    if not isinstance(scratch, int) or scratch > allowed:
+        fail("your kernels keep the scores in memory: the buffers they were given besides q, k, v, o, lse, do "
+             f"and the outputs hold {scratch if isinstance(scratch, int) else '(not recorded)'} bytes",
+             called=call, got=f"{scratch} bytes of extra buffers",
+             expected=f"at most {allowed} bytes (delta and fp32 accumulators); the {S}×{S} scores of a head need "
+                      f"{S * S} bytes even in one byte each",
+             hint="recompute p = exp(q kᵀ · sm_scale − lse) block by block inside each kernel and never store p, "
+                  "dp or ds: the dK/dV kernel and the dQ kernel each rebuild the blocks they need")
 
 
 # --------------------------------------------------------------------------- GPU only
