@@ -49,10 +49,16 @@ CASES = (
     # Members with gaps ([0, 2] of 3, [0, 2, 3] of 4): group rank r + 1 is not global rank r + 1.
     BackwardCase("group_gaps", causal=True, n=3, d=8, spread=1.0, group=(0, 2, 3), worlds=(3, 4)),
     BackwardCase("memory", causal=False, n=4, d=65536, spread=1.0, worlds=MEMORY_WORLDS),
+    # Causal too: a causal rank may gather every shard where an unmasked one passes them on.
+    BackwardCase("memory_causal", causal=True, n=4, d=65536, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
 TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9,
-       "group_gaps": 1e-9, "memory": 1e-9}
+       "group_gaps": 1e-9, "memory": 1e-9, "memory_causal": 1e-9}
+# The least matmul work one shard's share takes: five [n, n, d] products (S, dV, dP, dQ, dK) at
+# 2·n·n·d FLOPs each. The unmasked work may be at most WORK_SLACK times that per shard visited.
+MATMULS_PER_SHARD = 5
+WORK_SLACK = 2.0
 
 
 # --------------------------------------------------------------------------- float64 reference
@@ -267,6 +273,22 @@ def _receives(ops) -> list:
 # --------------------------------------------------------------------------- checks
 
 
+def _check_unmasked_work(runs, world: int) -> None:
+    """The skip is judged against the unmasked case's work: that work must be about one shard's share
+    per shard visited, or padding it with spare matmuls would make room for future shards."""
+    c = BY_NAME["plain"]
+    least = world * MATMULS_PER_SHARD * 2 * c.n * c.n * c.d
+    for rank in range(world - 1):
+        plain = (runs.done(world, rank, "plain") or {}).get("flops")
+        if plain and plain > WORK_SLACK * least:
+            fail(f"rank {rank} did {plain / least:.1f} times the matmul work the unmasked gradients need "
+                 f"(W = {world})", called=c.call(world, rank), got=f"{plain} FLOPs",
+                 expected=f"at most {WORK_SLACK:g} x {least}: {world} shards, each five [{c.n}, {c.n}, {c.d}] "
+                          "products (S, dV, dP, dQ, dK)",
+                 hint="the future-shard check compares the causal work with the unmasked work, so that work "
+                      "must be the block maths only: no repeated or spare matmuls")
+
+
 def test_ranks_finish(runs):
     """Every rank finishes: no deadlock, no error, no rank left waiting"""
     for world in WORLDS:
@@ -327,6 +349,29 @@ def test_ring_neighbours(runs):
                      + ("; receive with an explicit src" if None in frm else ""))
     if not checked:
         fail(runs.problem(3, "plain") or "no case finished", called="ring_attention_backward on each rank")
+    # An explicit group's ring runs over its members, in group order (peers named by global rank, or
+    # by group rank through group_dst / group_src).
+    for world in WORLDS:
+        for case in (c for c in cases_in(CASES, world) if c.group is not None):
+            members = group_ranks(case, world)
+            size = len(members)
+            if size < 3 or runs.problem(world, case.name):
+                continue
+            for at, rank in enumerate(members):
+                ops = runs.ops(world, rank, case.name)
+                to, frm = set(_sends(ops)), set(_receives(ops))
+                ring = [({members[(at + 1) % size]}, {members[(at - 1) % size]}),
+                        ({(at + 1) % size}, {(at - 1) % size})]
+                if not any(to in (a, b) and frm in (a, b) and to != frm for a, b in ring):
+                    fail(f"rank {rank} (group rank {at} of {members}, W = {world}) sent to rank(s) "
+                         f"{sorted(to, key=str)} and received from {sorted(frm, key=str)}",
+                         called=case.call(world, rank),
+                         got=f"sends to {sorted(to, key=str)}, receives from {sorted(frm, key=str)}",
+                         expected=f"sends to {members[(at + 1) % size]} and receives from "
+                                  f"{members[(at - 1) % size]} (or the reverse): its neighbours in the group's ring",
+                         hint="with an explicit group the ring runs over the group's members in group order; "
+                              "K/V and their accumulated dK/dV travel to the next member, one hop per step: "
+                              "sending a shard's gradients straight to its owner is not a ring")
 
 
 def test_shapes(runs):
@@ -384,6 +429,7 @@ def test_skips_future_shards(runs):
                           "masked P afterwards; skip such a shard (src > rank): no scores, no gradient, but still "
                           "pass it (and its gradients) on")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
+        _check_unmasked_work(runs, world)
         check_future_work_skipped(runs, world, BY_NAME["plain"].call, BY_NAME["causal"].call, "the gradients")
 
 
@@ -424,7 +470,17 @@ def test_inputs_unchanged(runs):
 
 
 def test_memory_per_rank(runs):
-    """No rank's peak memory grows with the ring (rings of 4 and 8, shards of 2 MiB): no rank holds every shard or gradient"""
+    """No rank's peak memory grows with the ring (rings of 4 and 8, shards of 2 MiB, with and without causal): no rank holds every shard or gradient"""
     for world in MEMORY_WORLDS:
         _compare_case(runs, world, "memory")
-    check_rank_memory(runs, BY_NAME["memory"], "the K and V shards (or their gradients) of every rank")
+        _compare_case(runs, world, "memory_causal")
+    check_rank_memory(runs, _BothMemoryCases(), "the K and V shards (or their gradients) of every rank")
+
+
+class _BothMemoryCases:
+    """The two memory cases as one, for check_rank_memory: a rank's peak covers its whole life."""
+
+    shard_bytes = BY_NAME["memory"].shard_bytes
+
+    def call(self, world: int, rank: int) -> str:
+        return BY_NAME["memory"].call(world, rank).replace("causal=False", "causal=False, then causal=True")
