@@ -23,7 +23,8 @@ Example with W = 2 and s = 4: rank 0 holds rows 0-1, rank 1 rows 2-3. Each runs
 and gets o [2, d] (its rows of softmax(Q Kᵀ/√d) V) and lse [2] (natural log).
 
 Do the block maths on torch tensors with @ (matmuls): the checks count each rank's
-matmul work with torch's FLOP counter to see that a causal rank skips future shards.
+matmul work with torch's FLOP counter to see that a causal rank skips future shards, so
+products broadcast and summed, or work handed to NumPy, fail.
 
 Check your work:  drill check 06_ring_attention.py   (it starts W = 2, 3 and 4 ranks itself)
 """

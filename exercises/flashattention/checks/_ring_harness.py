@@ -237,9 +237,9 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
         before = [_digest(x) for x in shards]
         r.barrier()
         r.case = name
-        counter = _flop_counter()
+        counter, work = _flop_counter(), _WorkOutsideMatmuls()
         try:
-            with counter:
+            with counter, work:
                 out = fn(*shards, group=group, causal=bool(case["causal"]))
         except BaseException as exc:  # noqa: BLE001 - the rank stops here; the launcher sees why
             r.case = None
@@ -248,7 +248,8 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
         r.case = None
         changed = [t for t, x, digest in zip(in_names, shards, before) if _digest(x) != digest]
         result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__,
-                  "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None}
+                  "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None,
+                  "largest_pointwise": work.largest_pointwise, "converted": work.converted}
         if isinstance(out, (tuple, list)) and len(out) == len(out_names):
             result["types"] = [type(x).__name__ for x in out]
             result["shapes"] = [list(x.shape) if hasattr(x, "shape") else None for x in out]
@@ -310,6 +311,54 @@ def _shut_in(folder: str, file_limit: int) -> None:
     read, listed = policy.paths()
     results = sorted(str(p) for p in Path(folder).glob("out_*.npy"))
     sandbox._apply_landlock((read + [policy.scratch.as_posix()], results, devices, listed), net=_NET_TCP)
+
+
+class _WorkOutsideMatmuls:
+    """Work torch's FLOP counter cannot see, recorded during the call: the largest output of any
+    pointwise torch operation (a broadcast product q[:, None] * k[None] is a matmul done by hand,
+    n·n·d elements), and how many tensor elements were handed out to NumPy or Python lists (work
+    done there is invisible to torch). Advice like the rest of the record: code that reaches
+    torch's C methods directly, or pops the dispatch mode, can hide from it."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        record = self
+
+        class Pointwise(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if torch.Tag.pointwise in func.tags:
+                    for t in out if isinstance(out, (tuple, list)) else (out,):
+                        if isinstance(t, torch.Tensor):
+                            record.largest_pointwise = max(record.largest_pointwise, t.numel())
+                return out
+
+        self.largest_pointwise, self.converted = 0, 0
+        self._mode, self._saved = Pointwise(), {}
+
+    def _counting(self, original):
+        def convert(tensor, *args, **kwargs):
+            self.converted += tensor.numel()
+            return original(tensor, *args, **kwargs)
+
+        return convert
+
+    def __enter__(self):
+        for name in ("numpy", "__array__", "tolist"):
+            self._saved[name] = torch.Tensor.__dict__.get(name)  # None: inherited from torch's C base
+            setattr(torch.Tensor, name, self._counting(getattr(torch.Tensor, name)))
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        for name, original in self._saved.items():
+            if original is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, original)
+        return False
 
 
 def _flop_counter():

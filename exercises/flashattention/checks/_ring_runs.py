@@ -351,10 +351,16 @@ def _result_limit(cases) -> int:
     return max([RESULT_LIMIT_BYTES] + [c.shard_bytes + 4096 for c in cases])
 
 
-def check_future_work_skipped(runs, world: int, plain_call, causal_call, work: str) -> None:
+def check_future_work_skipped(runs, world: int, plain_case, causal_case, work: str) -> None:
     """Causal ring: rank r's queries see the shards of ranks 0 to r only, so with future shards
     skipped it does about (r + 1)/W of its unmasked matmul work (the last rank has none to skip).
+    The count sees torch's matmuls only, so work done elsewhere fails first: a pointwise product
+    as large as a shard's scores times d (a matmul by broadcasting), or tensors handed to NumPy.
     `work` names the block maths in the hints ("the weighted sum", "the gradients")."""
+    plain_call, causal_call = plain_case.call, causal_case.call
+    for rank in range(world):
+        for case in (plain_case, causal_case):
+            _check_work_is_matmuls(runs.done(world, rank, case.name) or {}, case, world, rank, work)
     for rank in range(world - 1):
         plain, causal = (runs.done(world, rank, case).get("flops") for case in ("plain", "causal"))
         if not plain or causal is None:  # fails closed: work that cannot be counted cannot show the skip
@@ -372,6 +378,31 @@ def check_future_work_skipped(runs, world: int, plain_call, causal_call, work: s
                  hint=f"every K/V shard from a later rank is fully masked for this rank's queries: skip {work} for "
                       "it (src > rank) instead of computing it and masking it away, on every rank; that skip is "
                       "what saves about half the work of causal ring attention")
+
+
+def _check_work_is_matmuls(done: dict, case, world: int, rank: int, work: str) -> None:
+    """One rank's call did its block maths as torch matmuls, which the FLOP count sees (the harness's
+    _WorkOutsideMatmuls record; a missing record fails, as one a rank undid would)."""
+    largest, converted = done.get("largest_pointwise"), done.get("converted")
+    called = case.call(world, rank)
+    if not isinstance(largest, int) or not isinstance(converted, int):
+        fail(f"rank {rank}'s work outside matmuls could not be recorded (W = {world})", called=called,
+             got=f"largest pointwise result {largest!r}, elements converted {converted!r}",
+             expected="the record the harness keeps during the call")
+    product = case.n * case.n * case.d  # a shard's scores, each with its d products kept
+    if converted >= case.n * case.d:
+        fail(f"rank {rank} handed {converted} tensor elements to NumPy or Python lists (W = {world})", called=called,
+             got=f"{converted} elements converted (.numpy(), np.asarray, .tolist())",
+             expected="none: the block maths stay on torch tensors",
+             hint=f"compute the scores and {work} with torch matmuls (@): work done in NumPy is invisible to the "
+                  "FLOP count that shows a causal rank skipping future shards")
+    if largest >= product:
+        fail(f"rank {rank} built a pointwise result of {largest} elements, a shard's {case.n}x{case.n} scores "
+             f"times d = {case.d} (W = {world})", called=called,
+             got=f"a pointwise torch result of {largest} elements",
+             expected=f"under {product}: products summed by a matmul, not broadcast then summed",
+             hint=f"compute the scores and {work} with @ (q @ k.T, p @ v), not q[:, None] * k[None] summed: "
+                  "torch's FLOP counter sees matmuls only, and the future-shard check counts them")
 
 
 def group_ranks(case, world: int) -> list[int]:

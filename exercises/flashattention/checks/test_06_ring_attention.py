@@ -336,7 +336,7 @@ def test_skips_future_shards(runs):
                           "away; a fully masked block contributes nothing, so skip it (src > rank). That skip "
                           "is what saves about half the work of causal ring attention")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
-        check_future_work_skipped(runs, world, BY_NAME["plain"].call, BY_NAME["causal"].call, "the attention")
+        check_future_work_skipped(runs, world, BY_NAME["plain"], BY_NAME["causal"], "the attention")
 
 
 @pytest.mark.observed

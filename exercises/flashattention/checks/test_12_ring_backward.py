@@ -39,8 +39,10 @@ class BackwardCase(Case):
 
 
 CASES = (
-    BackwardCase("plain", causal=False, n=4, d=8, spread=1.0),
-    BackwardCase("causal", causal=True, n=4, d=8, spread=1.0),
+    # n = 8: a broadcast product of a shard (n·n·d) is then 4× the largest pointwise result honest
+    # code makes (a packed [K, V, dK, dV] buffer, 4·n·d), so _check_work_is_matmuls can tell them apart.
+    BackwardCase("plain", causal=False, n=8, d=8, spread=1.0),
+    BackwardCase("causal", causal=True, n=8, d=8, spread=1.0),
     BackwardCase("large", causal=False, n=3, d=4, spread=32.0),  # scores of about ±1e3
     BackwardCase("large_causal", causal=True, n=3, d=4, spread=32.0),
     BackwardCase("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
@@ -430,7 +432,7 @@ def test_skips_future_shards(runs):
                           "pass it (and its gradients) on")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
         _check_unmasked_work(runs, world)
-        check_future_work_skipped(runs, world, BY_NAME["plain"].call, BY_NAME["causal"].call, "the gradients")
+        check_future_work_skipped(runs, world, BY_NAME["plain"], BY_NAME["causal"], "the gradients")
 
 
 def test_explicit_group(runs):
