@@ -2,6 +2,7 @@
 """A FlashAttention forward kernel in Triton.
 
     o = softmax(q kᵀ · sm_scale) v        q, k, v, o: [B, H, S, D]; sm_scale defaults to 1/√D
+                                          (None only: 0.0 is a scale); q, k, v left unchanged
     causal=True: query i sees only keys j <= i (q and k have the same length S)
 
 The launcher below is written for you: it allocates o, works out the grid and passes every

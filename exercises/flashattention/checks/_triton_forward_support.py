@@ -262,10 +262,12 @@ def mistakes(q, k, v, causal: bool, sm_scale, topic: str):
                     "causal=False was masked anyway: apply the mask only when CAUSAL is set"))
     if topic in ("scale", "all"):
         for wrong, hint in ((1.0 / math.sqrt(D), "sm_scale was ignored: 1/sqrt(D) was used instead of "
-                                                 "the sm_scale passed in"),
+                                                 "the sm_scale passed in" + (" (0.0 is a scale, not 'use the "
+                                                 "default': test `sm_scale is None`)" if scale == 0 else "")),
                             (1.0, "the scores were not scaled at all: multiply q·kᵀ by sm_scale"),
                             (scale * scale, "sm_scale was applied twice"),
-                            (1.0 / scale, "the scores were divided by sm_scale: multiply instead")):
+                            *(((1.0 / scale, "the scores were divided by sm_scale: multiply instead"),)
+                              if scale else ())):
             if abs(wrong - scale) > 1e-9 * scale:
                 out.append((attention64(q, k, v, wrong, keep), hint))
     return out

@@ -89,13 +89,60 @@ def check_case(sub, mode, B, H, S, D, *, causal=False, sm_scale=None, seed=0, sc
     ref = tf.reference(q, k, v, causal, sm_scale)
     tol, naive_err = tf.tolerance(q, k, v, causal, sm_scale, ref)
     originals = [t.clone() for t in (q, k, v)]  # the diagnoses must see the inputs as given
-    out, launches = tf.call_user(sub, q, k, v, causal, sm_scale)
-    out = tf.as_output(out, q, call)
+    ret, launches = tf.call_user(sub, q, k, v, causal, sm_scale, return_inputs=True)
+    out = tf.as_output(ret, q, call)
     err = tf.max_error(out.detach().double().cpu().numpy(), ref.cpu().numpy())
     if err > tol:
         tf.verdict(out, ref, tol, call, diagnose(sub, out, *originals, causal, sm_scale, ref, tol, hint_extra),
                    naive_err)
+    # Every call, whatever its options: a right o from a path the launch check never takes
+    # (causal, an explicit scale, strided inputs) is still no pass.
+    check_inputs_kept(ret, originals, call)
+    check_kernel_work(ret, launches, q, call)
     return out, launches
+
+
+def check_inputs_kept(ret, originals, call: str) -> None:
+    """Fail unless q, k and v hold after the call what they held before, and o is memory of its own."""
+    after = ret.inputs_after or []
+    for name, t0, a in zip("qkv", originals, after + [None] * (3 - len(after))):
+        if a is None or not np.array_equal(a, tf.values(t0)):
+            fail(f"flash_attention changed its input {name} in place", called=call,
+                 hint="scale the scores inside the kernel (s = q·kᵀ · sm_scale), not q itself; "
+                      "never write into q, k or v")
+    shared = ret.observed.get("shares")
+    for name in "qkv":
+        if not isinstance(shared, list) or name in shared:
+            fail(f"o shares its memory with {name}", called=call,
+                 hint="allocate a fresh output, torch.empty((B, H, S, D), ...)")
+
+
+def check_kernel_work(ret, launches, q, call: str) -> None:
+    """Fail unless a @triton.jit kernel of the user's file was launched over (query blocks, B·H) and
+    the file computed nothing with torch beside it (the probe's record: it can fail, never pass)."""
+    B, H, S, _ = q.shape
+    mine = [launch for launch in launches if launch.mine]
+    if not mine:  # fails closed: no launch seen from the user's file, whatever the reason, is no pass
+        others = ", ".join(sorted({f"{launch.kernel} ({launch.file})" for launch in launches}))
+        fail("no @triton.jit kernel from your file was launched", called=call,
+             got=(f"launches: {others}" if others else "no Triton launch at all" if launches.watching
+                  else "no Triton launch could be watched (was triton's JITFunction.run replaced?)"),
+             expected="_flash_forward_kernel[grid](...) from your file",
+             hint="the exercise is the kernel: compute o inside _flash_forward_kernel, not with torch "
+                  "operations or another module's kernel")
+    tf.check_no_torch_compute(ret.observed, call, "o")
+    grid = mine[-1].grid
+    if grid is not None:
+        block_m = mine[-1].constants.get("BLOCK_M")
+        if len(grid) < 2 or grid[1] != B * H:
+            fail("the grid's second axis is not B·H", called=call, got=f"grid {grid}",
+                 expected=f"grid (query blocks, {B * H})",
+                 hint="one program per (query block, batch·head): grid = (triton.cdiv(S, BLOCK_M), B * H)")
+        if isinstance(block_m, int) and block_m > 0 and grid[0] * block_m < S:
+            fail("the grid does not cover every query row", called=call,
+                 got=f"grid {grid} with BLOCK_M = {block_m}: {grid[0] * block_m} rows",
+                 expected=f"at least S = {S} rows: triton.cdiv(S, BLOCK_M) = {-(-S // block_m)} blocks",
+                 hint="S // BLOCK_M drops the last, partial block: use triton.cdiv(S, BLOCK_M)")
 
 
 def test_single_head(sub, mode):
@@ -117,21 +164,21 @@ def test_ragged_lengths(sub, mode, S):
     check_case(sub, mode, 1, 2, S, pick(32, 64), seed=3 + S)
 
 
-@pytest.mark.parametrize("D", pick((16, 64), (16, 32, 128)), ids=lambda d: f"D={d}")
+@pytest.mark.parametrize("D", pick((16, 64, 128), (16, 32, 128)), ids=lambda d: f"D={d}")
 def test_head_dims(sub, mode, D):
     """Head dims other than the usual one"""
     check_case(sub, mode, 1, 2, pick(40, 300), D, seed=4 + D)
 
 
-def _strides_hint(sub, mode):
+def _strides_hint(sub, mode, causal=False):
     """If the same values pass as contiguous tensors, the strides are what went wrong."""
 
     def hint(q, k, v):
         qc, kc, vc = (tf.guarded(t.contiguous(), float("nan")) for t in (q, k, v))  # same values, plain layout
-        ref = tf.reference(qc, kc, vc, False, None)
-        tol, _ = tf.tolerance(qc, kc, vc, False, None, ref)
+        ref = tf.reference(qc, kc, vc, causal, None)
+        tol, _ = tf.tolerance(qc, kc, vc, causal, None, ref)
         try:
-            ret, _ = tf.call_user(sub, qc, kc, vc)
+            ret, _ = tf.call_user(sub, qc, kc, vc, causal)
         except Exception:  # noqa: BLE001 - failing here too says nothing about strides
             return ""
         if ret.array is not None and ret.array.shape == tuple(ref.shape) and \
@@ -145,9 +192,11 @@ def _strides_hint(sub, mode):
 
 
 def test_batches_heads_strides(sub, mode):
-    """Several batches and heads, with non-contiguous q, k, v"""
+    """Several batches and heads, with non-contiguous q, k, v, with and without the causal mask"""
     B, H, S, D = pick((2, 3, 50, 32), (2, 3, 700, 64))
     check_case(sub, mode, B, H, S, D, seed=5, layout="strided", hint_extra=_strides_hint(sub, mode))
+    check_case(sub, mode, B, H, S, D, causal=True, seed=15, layout="strided",
+               hint_extra=_strides_hint(sub, mode, causal=True))
 
 
 @pytest.mark.parametrize("S", pick((16, 45, 96), (128, 1000)), ids=lambda s: f"S={s}")
@@ -157,10 +206,14 @@ def test_causal(sub, mode, S):
 
 
 def test_sm_scale(sub, mode):
-    """An explicit sm_scale is used, with and without the causal mask"""
+    """An explicit sm_scale is used, with and without the causal mask (0.0 included)"""
     B, H, S, D = pick((1, 2, 40, 32), (1, 2, 500, 64))
     for causal in (False, True):
         check_case(sub, mode, B, H, S, D, causal=causal, sm_scale=0.3, seed=7)
+    # 0.0 is a scale like any other (each row of o the mean of the rows of v it sees), not
+    # "use the default": `sm_scale or 1/√D` turns it into 1/√D.
+    for causal in (False, True):
+        check_case(sub, mode, B, H, S, D, causal=causal, sm_scale=0.0, seed=17)
 
 
 def _large_logit_inputs(mode, B, H, S, D, kind):
@@ -201,17 +254,7 @@ def test_returns_new_tensor_inputs_unchanged(sub, mode):
     call = tf.describe(q, False, 0.5)
     ret, _ = tf.call_user(sub, q, k, v, False, 0.5, return_inputs=True)
     out = tf.as_output(ret, q, call)
-    after = ret.inputs_after or []
-    for name, t0, a in zip("qkv", before, after + [None] * (3 - len(after))):
-        if a is None or not np.array_equal(a, tf.values(t0)):
-            fail(f"flash_attention changed its input {name} in place", called=call,
-                 hint="scale the scores inside the kernel (s = q·kᵀ · sm_scale), not q itself; "
-                      "never write into q, k or v")
-    shared = ret.observed.get("shares")
-    for name in "qkv":
-        if not isinstance(shared, list) or name in shared:
-            fail(f"o shares its memory with {name}", called=call,
-                 hint="allocate a fresh output, torch.empty((B, H, S, D), ...)")
+    check_inputs_kept(ret, before, call)
     tf.verdict(out, ref, tol, call, diagnose(sub, out, *before, False, 0.5, ref, tol), naive_err)
 
 
@@ -225,28 +268,7 @@ def test_launch_grid(sub, mode):
     tol, naive_err = tf.tolerance(q, k, v, False, None, ref)
     call = tf.describe(q, False, None)
     out, launches = tf.call_user(sub, q, k, v)
-    mine = [launch for launch in launches if launch.mine]
-    if not mine:  # fails closed: no launch seen from the user's file, whatever the reason, is no pass
-        others = ", ".join(sorted({f"{launch.kernel} ({launch.file})" for launch in launches}))
-        fail("no @triton.jit kernel from your file was launched", called=call,
-             got=(f"launches: {others}" if others else "no Triton launch at all" if launches.watching
-                  else "no Triton launch could be watched (was triton's JITFunction.run replaced?)"),
-             expected="_flash_forward_kernel[grid](...) from your file",
-             hint="the exercise is the kernel: compute o inside _flash_forward_kernel, not with torch "
-                  "operations or another module's kernel")
-    tf.check_no_torch_compute(out.observed, call, "o")
-    grid = mine[-1].grid if mine else None
-    if grid is not None:
-        block_m = mine[-1].constants.get("BLOCK_M")
-        if len(grid) < 2 or grid[1] != B * H:
-            fail("the grid's second axis is not B·H", called=call, got=f"grid {grid}",
-                 expected=f"grid (query blocks, {B * H})",
-                 hint="one program per (query block, batch·head): grid = (triton.cdiv(S, BLOCK_M), B * H)")
-        if isinstance(block_m, int) and block_m > 0 and grid[0] * block_m < S:
-            fail("the grid does not cover every query row", called=call,
-                 got=f"grid {grid} with BLOCK_M = {block_m}: {grid[0] * block_m} rows",
-                 expected=f"at least S = {S} rows: triton.cdiv(S, BLOCK_M) = {-(-S // block_m)} blocks",
-                 hint="S // BLOCK_M drops the last, partial block: use triton.cdiv(S, BLOCK_M)")
+    check_kernel_work(out, launches, q, call)
     out = tf.as_output(out, q, call)
     tf.verdict(out, ref, tol, call, diagnose(sub, out, *before, False, None, ref, tol), naive_err)
 
