@@ -9,6 +9,7 @@ table of virtual memory:
     k_pages, v_pages  [num_pages, page_size, Hkv, d]   the shared pool
     block_table       int [B, max_pages]   logical page p of sequence b is physical
                                            page block_table[b, p]; -1 past its last page
+                                           (a row its pages fill holds no -1)
     seq_lens          int [B]              cached keys of sequence b (>= 1)
 
 Key t of sequence b (t < seq_lens[b]) lives in physical page block_table[b, t // page_size]
@@ -30,7 +31,7 @@ Anything outside the live cache may hold garbage, NaN included: slots past seq_l
 a sequence's last page, and pages that no sequence references. Several sequences may
 point at the same physical pages (a shared prompt prefix).
 
-Only the pages that hold a sequence's keys are to be read, and some checks watch which
+Only the pages that hold a sequence's keys are to be read, and the checks watch which
 pages of k_pages and v_pages your code reads. Index the pools you are given by page
 (k_pages[pages], k_pages[p, :rows]): a reshape, numpy function or conversion of a whole
 pool (k_pages.reshape(-1, Hkv, d), np.take(k_pages, ...), np.asarray(k_pages)) reads every

@@ -23,13 +23,77 @@ def _queries(rng, B, Hq, d, spread=1.0):
     return rng.normal(scale=spread, size=(B, Hq, d))
 
 
+# Every call hands over pools that record which pages are read, as the watched check's do, so
+# code cannot tell the watched call from the others. The value checks decide on values alone:
+# the reads they saw are kept here, and the watched check (observed) judges them with its own.
+RECORD = {1: "k_pages", 2: "v_pages"}
+SEEN_READS: list = []  # (call, reads, pool, sub) of every call_paged in this run
+
+
 def call_paged(sub, q, pool, scale=None):
     kw = {} if scale is None else {"scale": scale}
     args = f"q[{q.shape[0]}x{q.shape[1]}x{q.shape[2]}], {pool.describe()}"
     call = Call("paged_decode", args + (f", scale={scale:.6g}" if scale is not None else ""))
-    result = quiet_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
-                        pool.block_table.copy(), pool.seq_lens.copy(), _hints=WARNING_HINTS, **kw)
-    return call, array(result, call, shape=(q.shape[0], q.shape[1], pool.v_pages.shape[3]), what="o")
+    outcome = observed_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
+                            pool.block_table.copy(), pool.seq_lens.copy(), record=RECORD,
+                            _hints=WARNING_HINTS, **kw)
+    if SEEN_READS and SEEN_READS[0][3] is not sub:  # another submission's run in this process
+        SEEN_READS.clear()
+    SEEN_READS.append((call, outcome.reads, pool, sub))
+    return call, array(outcome.result, call, shape=(q.shape[0], q.shape[1], pool.v_pages.shape[3]), what="o")
+
+
+def _used_whole(call) -> bool:
+    """Whether the last call_paged (this one) used all of a pool at once (a conversion gets NaN)."""
+    if not SEEN_READS or SEEN_READS[-1][0] is not call:
+        return False
+    _, reads, pool, _ = SEEN_READS[-1]
+    n = pool.k_pages.shape[0]
+    return any(isinstance(e, list) and len(e) >= 4 and e[1] == 0 and e[2] == n and e[3] == n for e in reads or [])
+
+
+def live_pages(pool) -> set:
+    """The physical pages that hold some sequence's keys: block_table[b, :ceil(seq_lens[b] / page_size)]."""
+    ps = pool.page_size
+    return {int(p) for b, n in enumerate(pool.seq_lens) for p in pool.block_table[b, :-(-int(n) // ps)]}
+
+
+def check_reads(call, reads, pool, span: tuple[int, int] | None = None) -> None:
+    """Fail on an access of k_pages or v_pages that reached a page no sequence holds (observed).
+
+    A gather is logged by its smallest and largest page (a -1 index wrapped to the pool's last
+    page), and both were read: each must be a live page. With span = (lo, hi), the live pages are
+    exactly lo .. hi - 1, so every page of the logged range must lie in it."""
+    num_pages = pool.k_pages.shape[0]
+    live = live_pages(pool)
+    lo, hi = span if span is not None else (min(live), max(live) + 1)
+    for entry in reads or []:
+        if not (isinstance(entry, list) and len(entry) in (4, 5) and entry[0] in ("k_pages", "v_pages")):
+            continue
+        name, start, stop, rows = entry[:4]
+        inside = lo <= start < stop <= hi if span is not None else (start in live and stop - 1 in live)
+        if inside:
+            continue
+        # A gather logs its smallest and largest page; a negative index (-1) is logged wrapped, as
+        # the pool's last page, so the entry then starts at num_pages - 1.
+        where = f"{name}[{start}:{stop}]" if start < stop else f"{name}[-1] (page {start}) among others"
+        if start <= 0 and stop >= num_pages:
+            hint = (f"all of {name} was used at once ({name}.reshape, {name}[:, ...], a numpy function over the "
+                    "whole pool): the pool holds every sequence's pages and pages no one references; gather "
+                    f"sequence b's pages by number, {name}[block_table[b, :ceil(seq_len / page_size)]]")
+        elif (start == num_pages - 1 or stop == num_pages) and num_pages - 1 not in live:
+            hint = ("the pool's last page was read, which no sequence references: a -1 entry of the block table "
+                    f"indexes {name}[-1]. Use only the first ceil(seq_len / page_size) entries (a seq_len that "
+                    "is a multiple of page_size needs no page past its last full one)")
+        else:
+            hint = ("a page no sequence references was read: use only the pages block_table[b, :ceil(seq_len / "
+                    "page_size)] names")
+        expected = (f"only pages {lo} .. {hi - 1}, the ones the block table names; pages 0 .. {lo - 1} and "
+                    f"{hi} .. {num_pages - 1} are referenced by no sequence" if span is not None else
+                    f"only the pages the block tables name: {sorted(live)}")
+        fail(f"pages of {name} outside the block tables were read (observed)", called=str(call),
+             got=f"{where} read ({rows} page{'s' if rows != 1 else ''} in that access)",
+             expected=expected, hint=hint)
 
 
 # --- naming the mistake --------------------------------------------------------------------
@@ -108,7 +172,7 @@ def check_paged(sub, rng, q, pool, scale=None, atol=ATOL):
     call, o = call_paged(sub, q, pool, scale)
     want = reference(q, pool, scale)
     if not matches(o, want, atol=atol * 10) or np.isnan(o).any():
-        hint = diagnose(sub, q, pool, scale, o, rng)
+        hint = WATCHED_VALUES_HINT if np.isnan(o).any() and _used_whole(call) else diagnose(sub, q, pool, scale, o, rng)
         close(o, want, call, atol=atol, rtol=RTOL, what="o", hint=hint, nan_hint=hint)
     close(o, want, call, atol=atol, rtol=RTOL, what="o")
     return o
@@ -125,11 +189,18 @@ def test_one_sequence(sub, rng):
 
 
 def test_page_boundaries(sub, rng):
-    """seq_len just below, at and just past a page boundary, for page sizes 16, 12 and 5"""
+    """seq_len just below, at and just past a page boundary, for page sizes 16, 12 and 5; block tables with a -1 column and without one (a row its pages fill)"""
     for ps, lens in [(16, (15, 16, 17, 1, 32, 33)), (12, (11, 12, 13, 24, 25)), (5, (4, 5, 6, 10, 11))]:
         for n in lens:
             pool = build_pool(rng, [n], ps, 2, 8)
             check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
+            full = np.ascontiguousarray(pool.block_table[:, :-(-n // ps)])  # no -1 entry at all
+            pool = Pool(pool.k_pages, pool.v_pages, full, pool.seq_lens, pool.keys, pool.values)
+            check_paged(sub, rng, _queries(rng, 1, 4, 8), pool)
+    pool = build_pool(rng, [40, 23, 17], 8, 2, 8)  # the longest row full, the others ending in -1
+    pool = Pool(pool.k_pages, pool.v_pages, np.ascontiguousarray(pool.block_table[:, :5]), pool.seq_lens,
+                pool.keys, pool.values)
+    check_paged(sub, rng, _queries(rng, 3, 4, 8), pool)
 
 
 def test_partial_last_page_poisoned(sub, rng):
@@ -166,8 +237,8 @@ def test_shared_prefix(sub, rng):
 
 
 def test_gqa_groups(sub, rng):
-    """GQA: query head h reads KV head h // (Hq // Hkv), for groups of 2, 4 and 8"""
-    for Hq, Hkv in [(4, 2), (8, 2), (16, 2), (12, 3)]:
+    """GQA: query head h reads KV head h // (Hq // Hkv), for groups of 2, 4 and 8, and of 3 and 1 (MHA)"""
+    for Hq, Hkv in [(4, 2), (8, 2), (16, 2), (12, 3), (6, 2), (15, 5), (4, 4)]:
         pool = build_pool(rng, [19, 26], 8, Hkv, 8)
         check_paged(sub, rng, _queries(rng, 2, Hq, 8, spread=2.0), pool)
 
@@ -281,45 +352,36 @@ def _pool_between_spares(rng, lens, ps, hkv, d, front, back) -> Pool:
     return Pool(k, v, table, inner.seq_lens, inner.keys, inner.values)
 
 
+# Configurations of the watched check: code that reads the whole pool only for some shapes (MQA,
+# one sequence, a page size or group that is not a power of two, an explicit scale) meets its own.
+# (lens, page_size, Hq, Hkv, d, scale): lens of 32 and 8 end on a page boundary of 8.
+WATCHED = [([32, 21, 8, 45], 8, 4, 2, 8, None), ([13, 30, 5], 5, 3, 1, 5, 0.0), ([24], 12, 6, 2, 16, 0.5),
+           ([7, 40], 4, 4, 4, 8, None)]
+
+
 @pytest.mark.observed
 def test_reads_only_referenced_pages(sub, rng):
-    """Only the pages a sequence references are read: no unreferenced page, no page a -1 table entry points at"""
-    ps, hkv, d, front, back = 8, 2, 8, 3, 3
-    pool = _pool_between_spares(rng, [32, 21, 8, 45], ps, hkv, d, front, back)  # 32 and 8 end on a page boundary
-    num_pages = pool.k_pages.shape[0]
-    lo, hi = front, num_pages - back  # the referenced pages
-    q = _queries(rng, 4, 4, d)
-    call = Call("paged_decode", f"q[4x4x{d}], {pool.describe()}")
-    outcome = observed_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
-                            pool.block_table.copy(), pool.seq_lens.copy(), record={1: "k_pages", 2: "v_pages"},
-                            _hints=WARNING_HINTS)
-    for entry in outcome.reads or []:
-        if not (isinstance(entry, list) and len(entry) in (4, 5) and entry[0] in ("k_pages", "v_pages")):
-            continue
-        name, start, stop, rows = entry[:4]
-        if lo <= start < stop <= hi:
-            continue
-        # A gather logs its smallest and largest page; a negative index (-1) is logged wrapped, as
-        # the pool's last page, so the entry then starts at num_pages - 1.
-        where = f"{name}[{start}:{stop}]" if start < stop else f"{name}[-1] (page {start}) among others"
-        if start <= 0 and stop >= num_pages:
-            hint = (f"all of {name} was used at once ({name}.reshape, {name}[:, ...], a numpy function over the "
-                    "whole pool): the pool holds every sequence's pages and pages no one references; gather "
-                    f"sequence b's pages by number, {name}[block_table[b, :ceil(seq_len / page_size)]]")
-        elif start == num_pages - 1 or stop == num_pages:
-            hint = ("the pool's last page was read, which no sequence references: a -1 entry of the block table "
-                    f"indexes {name}[-1]. Use only the first ceil(seq_len / page_size) entries (a seq_len that "
-                    "is a multiple of page_size needs no page past its last full one)")
-        else:
-            hint = ("a page no sequence references was read: use only the pages block_table[b, :ceil(seq_len / "
-                    "page_size)] names")
-        fail(f"pages of {name} outside the block tables were read (observed)", called=str(call),
-             got=f"{where} read ({rows} page{'s' if rows != 1 else ''} in that access)",
-             expected=f"only pages {lo} .. {hi - 1}, the ones the block table names; pages 0 .. {lo - 1} and "
-                      f"{hi} .. {num_pages - 1} are referenced by no sequence", hint=hint)
-    o = array(outcome.result, call, shape=(4, 4, d), what="o")
-    close(o, reference(q, pool), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
-          nan_hint=WATCHED_VALUES_HINT)
+    """Only the pages a sequence references are read: no unreferenced page, no page a -1 table entry points at (MHA, GQA, MQA; several page sizes)"""
+    front, back = 3, 3
+    for lens, ps, Hq, hkv, d, scale in WATCHED:
+        pool = _pool_between_spares(rng, lens, ps, hkv, d, front, back)
+        num_pages = pool.k_pages.shape[0]
+        q = _queries(rng, len(lens), Hq, d)
+        kw = {} if scale is None else {"scale": scale}
+        call = Call("paged_decode", f"q[{len(lens)}x{Hq}x{d}], {pool.describe()}"
+                    + (f", scale={scale:.6g}" if scale is not None else ""))
+        outcome = observed_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
+                                pool.block_table.copy(), pool.seq_lens.copy(), record=RECORD,
+                                _hints=WARNING_HINTS, **kw)
+        check_reads(call, outcome.reads, pool, span=(front, num_pages - back))  # the referenced pages
+        o = array(outcome.result, call, shape=(len(lens), Hq, d), what="o")
+        close(o, reference(q, pool, scale), call, atol=ATOL, rtol=RTOL, what="o",
+              hint="the other checks name the mistake", nan_hint=WATCHED_VALUES_HINT)
+    # The calls of the checks run before this one, on every other shape and option: the first and
+    # last page of each access must be pages a sequence holds.
+    for call, reads, pool, seen_by in SEEN_READS:
+        if seen_by is sub:
+            check_reads(call, reads, pool)
 
 
 def _reference_from_arrays(q, k_pages, v_pages, block_table, seq_lens, scale=None):
