@@ -16,7 +16,7 @@ heads, cached beside c_kv. The score of head h at position t is
 
     s[h, t] = (q_nope[h] · k_h[t]  +  q_rope[h] · k_rope[t]) · scale
     scale   = 1/sqrt(d_nope + d_rope) when scale is None; any other scale is used
-              as given, 0.0 included
+              as given, 0.0 and negative values included
 
 and o[h] = Σ_t softmax_t(s[h])[t] · v_h[t].
 
@@ -40,9 +40,10 @@ per block an [H, block] score tile, a running max and sum per head, an [H, d_c]
 accumulator. Never hold per-head keys or values [H, S, ·], nor an [H, S] score array:
 the checks measure your peak memory on a long cache.
 
-Some checks watch which rows of c_kv and k_rope your code reads, block by block. Slice
-the arrays you are given (c_kv[lo:hi]): a whole-array copy or conversion such as
-np.asarray(c_kv) hides the reads, and those checks then fail.
+Every check watches which rows of c_kv and k_rope your code reads: rows 0 .. seq_len - 1,
+each once for all heads together, at most `block` rows at a time. Slice the arrays you
+are given (c_kv[lo:hi]): a whole-array copy or conversion such as np.asarray(c_kv)
+hides the reads, and the checks then fail.
 
 Check your work:  drill check 13_mla_decode.py
 """

@@ -10,7 +10,7 @@ import pytest
 from drill import iocount
 from drill.grader.expect import Call, array, close, fail, matches, note
 
-from ._attention_reference import WATCHED_VALUES_HINT, check_reads_seen, observed_call, peak_bytes, quiet_call
+from ._attention_reference import WATCHED_VALUES_HINT, check_reads_seen, observed_call, peak_bytes
 from ._mla_reference import Mla, default_scale, draw, naive, streamed
 
 ATOL, RTOL = 1e-10, 1e-9
@@ -31,13 +31,74 @@ CONFIGS = {
 }
 
 
+# Every call is watched: c_kv and k_rope are recorded as views (a slice logs nothing until it is
+# used, so a prefix sliced once and then used whole for every head shows each use). A call that
+# was not watched could be told apart from one that was, and run other code.
+RECORD = {2: ["c_kv", "views"], 3: ["k_rope", "views"]}
+
+
+def watched_bytes(x: Mla) -> int:
+    """What watching adds to a call's memory: a placeholder array beside each recorded input."""
+    return x.c_kv.nbytes + x.k_rope.nbytes
+
+
+def describe_call(x: Mla, kw: dict) -> Call:
+    return Call("mla_decode", x.describe() + "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}"
+                                                    for k, v in kw.items()))
+
+
+def check_reads(call: Call, x: Mla, block: int, log) -> None:
+    """Rows 0 .. seq_len - 1 of c_kv and k_rope, each read once, through the arrays, at most `block` at a time."""
+    S, seq_len = x.c_kv.shape[0], x.seq_len
+    reads, truncated = iocount.summarize(log, {"c_kv": S, "k_rope": S}, blocks={"c_kv": block, "k_rope": block})
+    for name, r in reads.items():
+        if not truncated and r.covered == 0:
+            part = ("the RoPE part of the score, q_rope[h] · k_rope[t]" if name == "k_rope" else
+                    "the latent part of the score, (W_uk[h] q_nope[h]) · c_kv[t], and the weighted sum")
+            fail(f"{name} was never read", called=str(call), got=f"no row of {name} read",
+                 expected=f"rows 0 .. {seq_len - 1}, each once",
+                 hint=(f"every score needs {name}: {part}; the values came out right here only because this "
+                       f"input hides that part. If you did use it, slice the array you were given "
+                       f"({name}[lo:hi]) rather than a converted copy"))
+    check_reads_seen(call, {name: iocount.Reads(seq_len, r.rows, r.largest, min(r.covered, seq_len), r.passes)
+                            for name, r in reads.items()}, truncated)
+    for name, r in reads.items():
+        spans = [entry[1:3] for entry in log or [] if isinstance(entry, list) and len(entry) in (4, 5)
+                 and entry[0] == name and isinstance(entry[2], int)]
+        past = max((stop for _, stop in spans), default=0)
+        if past > seq_len:
+            fail(f"rows of {name} up to {past - 1} were read, past seq_len - 1 = {seq_len - 1}", called=str(call),
+                 got=f"{name} read up to row {past - 1}", expected=f"rows 0 .. {seq_len - 1} only",
+                 hint=(f"the whole cache was used ({name}.T, {name} @ ..., or a loop to len({name})) and the rows "
+                       "past seq_len masked afterwards: they may hold NaN, so stop the loop at seq_len"))
+        if r.largest > block:
+            fail(f"{name} was read {r.largest} rows at a time; blocks of at most block = {block} rows were asked for",
+                 called=str(call), got=f"largest read of {name}: {r.largest} rows",
+                 expected=f"at most {block} rows per read",
+                 hint=(f"walk the cache in blocks of the `block` rows you were given ({name}[lo:lo + block], "
+                       "never more) with the online softmax, whatever the length of the cache"))
+        if r.rows > seq_len:
+            fail(f"{name} was read {r.rows / seq_len:.3g} times over (observed)", called=str(call),
+                 got=f"{r.rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
+                 hint=("a loop over heads that walks the whole cache for every head (or a two-pass softmax: one "
+                       "pass for the max, one for the sum) reads the cache again and again; decode is bound by "
+                       "these reads. Absorb the query of every head, score each block for all H heads at once "
+                       "([H, b]) and keep a running max and sum per head"))
+
+
+def watched_call(sub, x: Mla, call: Call, _hints: dict | None = None, **kw):
+    """The user's o (unchecked) and a function that checks the reads of that call, to run after its values."""
+    outcome = observed_call(sub.mla_decode, call, *x.args(), record=RECORD, _hints=_hints or WARNING_HINTS, **kw)
+    return outcome.result, lambda: check_reads(call, x, kw.get("block", 256), outcome.reads)
+
+
 def call_mla(sub, x: Mla, _hints: dict | None = None, **kw):
-    """The user's o, checked for type, shape and numpy warnings (`_hints`: what each warning means here)."""
-    args = x.describe() + "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}" for k, v in kw.items())
-    call = Call("mla_decode", args)
-    result = quiet_call(sub.mla_decode, call, *x.args(), _hints=_hints or WARNING_HINTS, **kw)
+    """The user's o, checked for type, shape and numpy warnings (`_hints`: what each warning means here),
+    and the check of its reads, to run once its values are checked."""
+    call = describe_call(x, kw)
+    result, reads = watched_call(sub, x, call, _hints, **kw)
     H, d_c, d_nope, d_rope, d_v, S = x.shape
-    return call, array(result, call, shape=(H, d_v), what="o")
+    return call, array(result, call, shape=(H, d_v), what="o"), reads
 
 
 # --- naming the mistake --------------------------------------------------------------------
@@ -69,6 +130,10 @@ def diagnose(x: Mla, kw: dict, o: np.ndarray) -> str:
              if scale == 0.0 else "the scale argument was ignored: use it when it is given"),
             (lambda: naive(x, 1.0), "the scores were not multiplied by scale"),
         ]
+        if scale < 0:
+            candidates.append((lambda: naive(x, -scale),
+                               "the negative scale was used as its absolute value: use scale as given, its sign "
+                               "included (the weights then favour the lowest scores)"))
     candidates += [
         (lambda: naive(x, scale, rope=False),
          "the RoPE part of the score is missing: add q_rope[h] · k_rope[t], the same k_rope row for every head"),
@@ -105,16 +170,21 @@ def diagnose(x: Mla, kw: dict, o: np.ndarray) -> str:
     return f"the first wrong head is h = {int(bad[0])}" if bad.size else ""
 
 
+NAN_HINT = ("o has NaN: rows of the cache at or past seq_len hold NaN; read only c_kv[:seq_len] and "
+            "k_rope[:seq_len] (a masked score is not enough: 0 · NaN is NaN in p @ c). Every call is watched, so "
+            "an input converted whole (np.asarray(c_kv), np.array, a buffer) also holds NaN placeholders: slice "
+            "the arrays you were given")
+
+
 def check_mla(sub, x: Mla, *, atol=ATOL, **kw) -> np.ndarray:
-    call, o = call_mla(sub, x, **kw)
+    call, o, reads = call_mla(sub, x, **kw)
     want = naive(x, kw.get("scale"))
     if np.isnan(o).any():
-        close(o, want, call, atol=atol, rtol=RTOL, what="o",
-              nan_hint="o has NaN: rows of the cache at or past seq_len hold NaN; read only c_kv[:seq_len] "
-                       "and k_rope[:seq_len] (a masked score is not enough: 0 · NaN is NaN in p @ c)")
+        close(o, want, call, atol=atol, rtol=RTOL, what="o", nan_hint=NAN_HINT)
     if not matches(o, want, atol=atol * 100):
         close(o, want, call, atol=atol, rtol=RTOL, what="o", hint=diagnose(x, kw, o))
     close(o, want, call, atol=atol, rtol=RTOL, what="o")
+    reads()
     return o
 
 
@@ -158,11 +228,12 @@ def test_seq_len_shorter_than_cache(sub, rng):
 def test_one_token(sub, rng):
     """A cache of one token: every head returns that token's value, c_kv[0] @ W_uv[h]"""
     x = draw(rng, 6, 12, 8, 4, 5, 10, 1)
-    call, o = call_mla(sub, x, block=4)
+    call, o, reads = call_mla(sub, x, block=4)
     want = np.einsum("c,hcv->hv", x.c_kv[0], x.W_uv)
     hint = ("with one visible row the softmax weight is 1, so o[h] = c_kv[0] @ W_uv[h]"
-            + ("; NaN came from rows past seq_len" if np.isnan(o).any() else ""))
+            + ("; NaN came from rows past seq_len (or from an input converted whole)" if np.isnan(o).any() else ""))
     close(o, want, call, atol=ATOL, rtol=RTOL, what="o", hint=diagnose(x, {"block": 4}, o) or hint, nan_hint=hint)
+    reads()
 
 
 def test_rope_part_shared(sub, rng):
@@ -180,9 +251,9 @@ def test_latent_part_alone(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√(d_nope + d_rope), 0.0 included (uniform weights)"""
+    """An explicit scale replaces 1/√(d_nope + d_rope), 0.0 (uniform weights) and a negative one included"""
     x = draw(rng, 4, 16, 8, 4, 8, 60)
-    for scale in (0.37, 2.0, 0.0):
+    for scale in (0.37, 2.0, 0.0, -0.6):
         check_mla(sub, x, block=16, scale=scale)
 
 
@@ -206,10 +277,11 @@ def test_heads_at_different_scales(sub, rng):
     underflow = ("NaN was computed (0 / 0): the sum of a head whose scores sit near -1e4 underflowed to 0, so its "
                  "exponentials were shifted by a max that is not its own (one running max shared by every head, "
                  "s.max() without axis=1, or a running max started at 0 instead of -inf); keep m and l per head")
-    call, o = call_mla(sub, x, block=16, _hints={**WARNING_HINTS, "invalid": underflow})
+    call, o, reads = call_mla(sub, x, block=16, _hints={**WARNING_HINTS, "invalid": underflow})
     if not matches(o, naive(x), atol=1e-8):
         hint = diagnose(x, {"block": 16}, o) or hint
     close(o, naive(x), call, atol=1e-9, rtol=RTOL, what="o", hint=hint, nan_hint=hint)
+    reads()
 
 
 # Peak memory: a long cache with many heads and a narrow latent. Per-head keys or values
@@ -227,9 +299,10 @@ def test_memory(sub, rng):
     sh = MEMORY_SHAPE
     x = draw(rng, sh["H"], sh["d_c"], sh["d_nope"], sh["d_rope"], sh["d_v"], sh["S"], sh["S"] - 5)
     scale = float(rng.uniform(0.2, 0.4))  # given explicitly here (the wide-heads call below uses the default)
-    call = Call("mla_decode", x.describe() + f", block=256, scale={scale:.6g}")
-    peak, result = peak_bytes(quiet_call, sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, block=256,
-                              scale=scale)
+    call = describe_call(x, {"block": 256, "scale": scale})
+    # Watched like every other call; the placeholders watching adds are not the code's own memory.
+    peak, (result, reads) = peak_bytes(watched_call, sub, x, call, block=256, scale=scale)
+    peak -= watched_bytes(x)
     H, S = sh["H"], sh["S"]
     scores_mib = H * S * 8 / 2**20
     keys_mib = H * S * sh["d_nope"] * 8 / 2**20
@@ -249,13 +322,15 @@ def test_memory(sub, rng):
     small = Mla(x.q_nope[heads], x.q_rope[heads], x.c_kv, x.k_rope, x.W_uk[heads], x.W_uv[heads], x.seq_len)
     close(o[heads], naive(small, scale), call, atol=ATOL, rtol=RTOL, what="o (16 heads drawn at random)",
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+    reads()
     # Wide heads over a narrow latent: one head's keys [S, d_nope] are 128 MiB, eight times the cache,
     # so building them even one head at a time stands far above the inputs and a little slack.
     sh = WIDE_HEADS_SHAPE
     x = draw(rng, sh["H"], sh["d_c"], sh["d_nope"], sh["d_rope"], sh["d_v"], sh["S"], sh["S"] - 3)
-    call = Call("mla_decode", x.describe() + ", block=256")
+    call = describe_call(x, {"block": 256})
     held = sum(a.nbytes for a in x.args() if isinstance(a, np.ndarray))
-    peak, result = peak_bytes(quiet_call, sub.mla_decode, call, *x.args(), _hints=WARNING_HINTS, block=256)
+    peak, (result, reads) = peak_bytes(watched_call, sub, x, call, block=256)
+    peak -= watched_bytes(x)
     if peak > held + WIDE_HEADS_SLACK_BYTES:
         fail(f"mla_decode held {(peak - held) / 2**20:.1f} MiB beyond its inputs: one head's keys or values over "
              "the whole cache were built", called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
@@ -267,47 +342,28 @@ def test_memory(sub, rng):
     o = array(result, call, shape=(sh["H"], sh["d_v"]), what="o")
     close(o, streamed(x, 4096), call, atol=ATOL, rtol=RTOL, what="o (wide heads)",
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+    reads()
 
 
 @pytest.mark.observed
 def test_reads_cache_once(sub, rng):
     """The latent cache is read once, rows 0 .. seq_len - 1 only, for any number of heads and scale"""
-    S, seq_len, block = 200, 150, 32
-    # Twice, the default scale and an explicit one, each with a head count drawn anew (8 or more in one):
-    # a loop over heads re-reads the cache H times, however few or many heads there are.
+    S, seq_len = 200, 150
+    # Twice, the default scale and an explicit one, each with a head count and a block size drawn anew
+    # (8 or more heads in one): a loop over heads re-reads the cache H times, however few or many heads.
+    # Rows past seq_len hold 0.0 here, not NaN, so reading them is named by the read log, not by NaN.
     for H, scale in [(int(rng.integers(2, 33)), None), (int(rng.integers(8, 33)), float(rng.uniform(0.2, 0.5)))]:
+        block = int(rng.integers(5, 40))
         x = draw(rng, H, 16, 8, 4, 8, S, seq_len, poison=0.0)
         kw = {"block": block} if scale is None else {"block": block, "scale": scale}
-        call = Call("mla_decode", x.describe() + "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}"
-                                                         for k, v in kw.items()))
-        # Recorded as views: a slice logs nothing until it is used, so a prefix sliced once and
-        # then used whole for every head shows each use. A block reused while it is the one in use
-        # (scores, then the weighted sum) is read once, as a kernel keeps it on chip.
-        outcome = observed_call(sub.mla_decode, call, *x.args(), record={2: ["c_kv", "views"], 3: ["k_rope", "views"]},
-                                _hints=WARNING_HINTS, **kw)
-        o = array(outcome.result, call, shape=(H, 8), what="o")
+        call = describe_call(x, kw)
+        # A block reused while it is the one in use (scores, then the weighted sum) is read once, as a
+        # kernel keeps it on chip.
+        result, reads = watched_call(sub, x, call, **kw)
+        o = array(result, call, shape=(H, 8), what="o")
         close(o, naive(x, scale), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
               nan_hint=WATCHED_VALUES_HINT)
-        reads, truncated = iocount.summarize(outcome.reads, {"c_kv": S, "k_rope": S},
-                                             blocks={"c_kv": block, "k_rope": block})
-        check_reads_seen(call, {name: iocount.Reads(seq_len, r.rows, r.largest, min(r.covered, seq_len), r.passes)
-                                for name, r in reads.items()}, truncated)
-        for name, r in reads.items():
-            spans = [entry[1:3] for entry in outcome.reads or [] if isinstance(entry, list) and len(entry) in (4, 5)
-                     and entry[0] == name and isinstance(entry[2], int)]
-            past = max((stop for _, stop in spans), default=0)
-            if past > seq_len:
-                fail(f"rows of {name} up to {past - 1} were read, past seq_len - 1 = {seq_len - 1}", called=str(call),
-                     got=f"{name} read up to row {past - 1}", expected=f"rows 0 .. {seq_len - 1} only",
-                     hint=(f"the whole cache was used ({name}.T, {name} @ ..., or a loop to len({name})) and the rows "
-                           "past seq_len masked afterwards: they may hold NaN, so stop the loop at seq_len"))
-            if r.rows > seq_len:
-                fail(f"{name} was read {r.rows / seq_len:.3g} times over (observed)", called=str(call),
-                     got=f"{r.rows} rows of {name} read", expected=f"{seq_len}: each row once, for all heads at once",
-                     hint=("a loop over heads that walks the whole cache for every head (or a two-pass softmax: one "
-                           "pass for the max, one for the sum) reads the cache again and again; decode is bound by "
-                           "these reads. Absorb the query of every head, score each block for all H heads at once "
-                           "([H, b]) and keep a running max and sum per head"))
+        reads()
 
 
 # What the function should return, for `drill check --repro` (values only reach the learner).
