@@ -29,6 +29,8 @@ Edges you must handle:
     j <= i + (sk - sq). When sq > sk, the first rows see no key at all: return
     O = 0 and L = -inf for them, with no NaN and no numpy warning.
   - Scores as large as 1e4 must not overflow.
+  - A given scale is used as it is, whatever its sign (0 and negative values too),
+    with causal=True as well as without.
 
 Example:
     >>> Q = np.array([[1.0, 0.0]]); K = np.array([[1.0, 0.0], [0.0, 1.0]]); V = np.eye(2)

@@ -205,10 +205,14 @@ def test_small_square(sub, rng):
     check_forward(sub, Q, K, V, Br=4, Bc=4)
 
 
-@pytest.mark.parametrize("case", list(SHAPES), ids=list(SHAPES))
+# The shared shapes keep d <= 16; wider heads catch code that is right only on the columns it saw.
+SHAPES_03 = {**SHAPES, "wide heads": [(19, 27, 40, 8, 8), (21, 16, 64, 16, 4)]}
+
+
+@pytest.mark.parametrize("case", list(SHAPES_03), ids=list(SHAPES_03))
 def test_shapes(sub, rng, case):
     """Matches attention for awkward shapes and block sizes"""
-    for sq, sk, d, Br, Bc in SHAPES[case]:
+    for sq, sk, d, Br, Bc in SHAPES_03[case]:
         Q, K, V = _inputs(rng, sq, sk, d)
         check_forward(sub, Q, K, V, Br=Br, Bc=Bc)
 
@@ -220,10 +224,15 @@ def test_default_blocks(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d, 0.0 included"""
+    """An explicit scale replaces 1/√d, 0.0 and negative values included, with causal=True too"""
     Q, K, V = _inputs(rng, 24, 30, 8)
-    for scale in (0.37, 2.0, 0.0):
+    for scale in (0.37, 2.0, 0.0, -0.6):
         check_forward(sub, Q, K, V, Br=8, Bc=8, scale=scale)
+    # The causal path takes the scale as well (a mask written as its own branch may drop it),
+    # with Br != Bc and sq on either side of sk.
+    for sq, sk, Br, Bc, scale in [(21, 34, 4, 8, 0.45), (34, 21, 8, 4, 1.7), (19, 19, 8, 8, -0.8)]:
+        Q, K, V = _inputs(rng, sq, sk, 8)
+        check_forward(sub, Q, K, V, Br=Br, Bc=Bc, causal=True, scale=scale)
 
 
 def test_logsumexp(sub, rng):
@@ -236,7 +245,7 @@ def test_logsumexp(sub, rng):
 
 
 CAUSAL = {
-    "sq == sk": [(37, 37, 8, 8, 16), (16, 16, 4, 4, 4), (9, 9, 4, 16, 16)],
+    "sq == sk": [(37, 37, 8, 8, 16), (16, 16, 4, 4, 4), (9, 9, 4, 16, 16), (24, 24, 64, 16, 8)],
     "sq < sk, bottom-right": [(20, 45, 8, 8, 8), (7, 50, 4, 16, 4), (1, 12, 4, 16, 16)],
 }
 
