@@ -26,11 +26,13 @@ L_ATOL, L_RTOL = 1e-10, 1e-12
 
 WARNING_HINTS = {
     "overflow": "exp overflowed: shift each chunk's scores by that chunk's own max before exponentiating",
-    "invalid": ("NaN was computed (0/0 or -inf - (-inf)): either a chunk with no visible key was not guarded "
-                "(shift such rows by 0 and give them O = 0, L = -inf), or a chunk was shifted by a max other "
-                "than its own and its sum underflowed to 0 (shift each chunk by its own max)"),
-    "divide": ("log(0) or a division by 0: a chunk with no visible key has sum 0; "
-               "give it O = 0 and L = -inf directly"),
+    "invalid": ("NaN was computed (0/0, -inf - (-inf) or -inf · 0): a row that sees no key of a chunk was not "
+                "guarded (shift it by 0, give it O = 0 and L = -inf), a chunk was shifted by something other than "
+                "the max of its own visible scores, so its sum underflowed to 0 (take each chunk's max after the "
+                "mask), or a -inf mask was multiplied by scale = 0 (scale the scores first, then mask)"),
+    "divide": ("log(0) or a division by 0: a chunk's sum was 0, either because the row sees no key of the chunk "
+               "(give it O = 0 and L = -inf directly) or because the shift was above every visible score (take "
+               "the chunk's max over its visible keys, after the mask)"),
 }
 
 
@@ -102,6 +104,13 @@ def diagnose_partials(q, K, V, num_splits, kw, O, L) -> str:
         if matches(O, O_c, atol=1e-8) and (matches(L, L_c, atol=1e-8) or "global" not in hint):
             return hint
     O_ref, L_ref = partials(q, K, V, num_splits, causal, scale)
+    if causal and scale is not None and scale <= 0:
+        seen = L_ref > -np.inf  # (chunk, row) pairs that see a key: there, every key of the chunk counted
+        O_all, L_all = partials(q, K, V, num_splits, False, scale)
+        if seen.any() and matches(O[seen], O_all[seen], atol=1e-8) and matches(L[seen], L_all[seen], atol=1e-8):
+            return (f"with scale = {scale:g} the hidden keys were counted: the mask was put on the raw scores, "
+                    "then multiplied by the scale, and a large negative stand-in times 0 (or a negative scale) "
+                    "is no longer the smallest score; scale first, then mask")
     with np.errstate(all="ignore"):
         if matches(L, L_ref / math.log(2.0), atol=1e-8):
             return "L is in base 2: use the natural log, L = m + np.log(l)"
@@ -211,7 +220,7 @@ def test_causal_own_keys_at_end(sub, rng):
 
 
 def test_extreme_logits(sub, rng):
-    """Scores of magnitude up to 1e4 neither overflow nor underflow a whole chunk"""
+    """Scores of magnitude up to 1e4 neither overflow nor underflow a whole chunk, causal included"""
     sq, sk, d, n = 3, 48, 8, 4
     u = rng.normal(size=d)
     u /= np.linalg.norm(u)
@@ -223,6 +232,14 @@ def test_extreme_logits(sub, rng):
     check_partials(sub, q, K, V, n, atol=1e-8)
     check_decode(sub, q, K, V, n, atol=1e-8)
     check_decode(sub, -q, K, V, n, atol=1e-8)  # now the last chunk dominates, scores near +3e3
+    # Causal: the last two keys (the queries' own, hidden from the earlier rows) score about 1000 above
+    # every other key of their chunk. A chunk max taken before the mask shifts the rows that may not see
+    # them by those hidden scores, and all their visible terms underflow to 0.
+    K = 0.05 * rng.normal(size=(24, d))
+    K[-2:] += u
+    V = rng.normal(size=(24, d))
+    check_partials(sub, q, K, V, 3, atol=1e-8, causal=True)
+    check_decode(sub, q, K, V, 3, atol=1e-8, causal=True)
 
 
 def test_merge_order(sub, rng):
@@ -243,16 +260,42 @@ def test_merge_order(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d, 0.0 included"""
+    """An explicit scale replaces 1/√d, 0.0 and negative values included, with causal too"""
     q, K, V = _inputs(rng, 2, 30, 8)
     for scale in (0.37, 2.0, 0.0):
         check_partials(sub, q, K, V, 4, scale=scale)
         check_decode(sub, q, K, V, 4, scale=scale)
+    # Causal with scale 0 (uniform weights over the visible keys) and a negative scale: a mask put on
+    # the raw scores before scaling turns into 0 (or +inf) here, so hidden keys would count.
+    q, K, V = _inputs(rng, 5, 17, 4)
+    for scale in (0.0, -0.5):
+        check_partials(sub, q, K, V, 4, causal=True, scale=scale)
+        check_decode(sub, q, K, V, 4, causal=True, scale=scale)
 
 
-# Watched calls (query rows, keyword arguments): the plain case, then each argument a shortcut
-# could hide behind (causal, an explicit scale, one query row: the decode step itself), then all.
-READ_CASES = [(3, {}), (4, {"causal": True}), (2, {"scale": 0.61}), (1, {}), (7, {"causal": True, "scale": 1.3})]
+@pytest.mark.observed
+@pytest.mark.parametrize("name", ["split_kv_partials", "flash_decode"])
+def test_inputs_untouched(sub, rng, name):
+    """q, K and V are left as they were: the cache is read again at every later decode step (observed)"""
+    q, K, V = _inputs(rng, 3, 23, 4)
+    for n, kw in [(4, {}), (5, {"causal": True, "scale": 0.7})]:
+        call = Call(name, _describe(q, K, n, kw))
+        after = observed_call(getattr(sub, name), call, q.copy(), K.copy(), V.copy(), n, _hints=WARNING_HINTS,
+                              return_args=True, **kw).args
+        for label, now, then in zip("qKV", after, (q, K, V)):
+            if not (isinstance(now, np.ndarray) and now.shape == then.shape and matches(now, then, atol=0.0)):
+                fail(f"{name} changed its input {label} in place", called=str(call),
+                     hint=(f"{label} is the caller's array (K and V are the KV cache, read again at every later "
+                           "decode step): scale a product, (q @ K[a:b].T) * scale, never q *= scale or "
+                           "K[a:b] *= scale, which write through the slice into the cache"))
+
+
+# Watched calls (query rows, cache length, keyword arguments): the plain case, then each argument a
+# shortcut could hide behind (causal, an explicit scale, one query row: the decode step itself), then
+# all; last, a cache that num_splits divides (95 = 5 · 19), where a chunk of sk // num_splits + 1 keys
+# (an off-by-one ceil that happens to give 19 at sk = 91) crosses a boundary.
+READ_CASES = [(3, 91, {}), (4, 91, {"causal": True}), (2, 91, {"scale": 0.61}), (1, 91, {}),
+              (7, 91, {"causal": True, "scale": 1.3}), (3, 95, {})]
 
 
 def _straddling_read(log, lengths: dict[str, int], chunk: int):
@@ -276,11 +319,11 @@ def _straddling_read(log, lengths: dict[str, int], chunk: int):
 @pytest.mark.parametrize("name", ["split_kv_partials", "flash_decode"])
 def test_reads_a_chunk_at_a_time(sub, rng, name):
     """K and V are read a chunk at a time, as split-KV thread blocks read them (observed)"""
-    # Chunks of 19 keys (a prime): a split into any other number of chunks reads across one of
-    # the contract's chunk boundaries. d = 5 differs from every size here.
-    sk, d, n = 91, 5, 5
-    chunk = -(-sk // n)
-    for sq, kw in READ_CASES:
+    # Chunks of 19 keys (a prime) at sk = 91 and 95: a split into any other number of chunks reads
+    # across one of the contract's chunk boundaries. d = 5 differs from every size here.
+    d, n = 5, 5
+    for sq, sk, kw in READ_CASES:
+        chunk = -(-sk // n)
         q, K, V = _inputs(rng, sq, sk, d)
         call = Call(name, _describe(q, K, n, kw))
         outcome = observed_call(getattr(sub, name), call, q.copy(), K.copy(), V.copy(), n, record={1: "K", 2: "V"},
