@@ -5,7 +5,7 @@ Real training and serving rarely use plain causal attention. Several documents a
 into one sequence (query i sees key j only inside its own document), decoders add the
 causal bound, and long-context models add a sliding window. The mask is given by value:
 
-    q_doc   int [sq]   document id of each query row     (ids are labels: any integers)
+    q_doc   int [sq]   document id of each query row     (ids are labels: any int64 values)
     kv_doc  int [sk]   document id of each key row
     causal  bool       key j visible only if j <= i'           (i' = i + sk - sq, bottom-right)
     window  int|None   sliding window: 0 <= i' - j < window  (a window implies causal; 0: no key)
@@ -29,7 +29,10 @@ each tile from its own rows and keys (the checks measure your peak memory at sq 
 
 masked_flash_forward(...) is exercise 03's forward under that mask, returning (O, L):
 scores only for tiles of kind 1 and 2, the mask only on kind 1. A row that sees no key
-gets O = 0 and L = -inf, with no NaN and no numpy warning. It never holds an sq×sk array.
+gets O = 0 and L = -inf, with no NaN and no numpy warning. It never holds an sq×sk array,
+nor the scores of a query block against all its visible keys at once: one [Br, Bc] tile of
+scores at a time, combined by the online softmax. Neither function writes into its inputs
+(Q[lo:hi] is a view: scale a copy, never the caller's arrays).
 The scores are scaled by 1/sqrt(d) when scale is None; any other scale is used as given,
 0.0 included.
 
@@ -40,7 +43,9 @@ Example: documents of lengths 5 and 3 (q_doc = kv_doc = [0,0,0,0,0,1,1,1]), caus
 
 Some checks watch which rows of Q, K and V your code reads, block by block. Slice the
 arrays you are given (K[lo:hi]): a whole-array copy or conversion such as np.asarray(K)
-hides the reads, and those checks then fail.
+hides the reads, and those checks then fail. A slice counts as a load: cut a block of the
+inner loop out when one of its tiles is computed, not all of them ahead of the loops (a
+block that only empty tiles use must never be read).
 
 Check your work:  drill check 14_block_mask.py
 """

@@ -2,13 +2,24 @@
 
 The grader copies this file beside subject.py. It runs one call of masked_flash_forward
 with numpy.where watched: every call whose condition is a boolean array of a score tile's
-shape is counted, and so is every one whose condition is all True (a mask applied to a tile
-where every pair is visible). What it reports is advice: it can fail a check, never pass one.
+shape is counted, and so is every one that masks no pair of its tile (a mask applied to a
+tile where every pair is visible): a boolean condition all True, or a fill of -inf (or below
+-1e6) that the condition gives to no pair, whichever way round the mask is written. What it
+reports is advice: it can fail a check, never pass one.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def _is_fill(value) -> bool:
+    """Is value a masking fill: -inf, or a finite stand-in at or below -1e6 (-1e9, finfo.min), everywhere?"""
+    try:
+        arr = np.asarray(value)
+        return arr.size > 0 and arr.dtype.kind in "fi" and bool((arr <= -1e6).all())
+    except Exception:
+        return False
 
 
 def call(fn, args, kwargs, spec, user_file):
@@ -17,11 +28,19 @@ def call(fn, args, kwargs, spec, user_file):
     original = np.where
 
     def where(condition, *rest, **kw):
-        if rest and isinstance(condition, np.ndarray) and condition.dtype == bool and condition.ndim == 2:
+        if len(rest) == 2 and isinstance(condition, np.ndarray) and condition.ndim == 2:
             rows, cols = condition.shape
             if 1 < rows <= Br and 1 < cols <= Bc:
-                seen["tile_masks"] += 1
-                if bool(condition.all()):
+                picked = condition.astype(bool)
+                if condition.dtype == bool:
+                    seen["tile_masks"] += 1
+                    if bool(picked.all()):
+                        seen["all_visible"] += 1
+                # The mask written the other way round (np.where(hidden, -inf, s)) or with a 0/1
+                # integer mask: a fill of -inf (or a huge negative stand-in) that no pair takes.
+                elif _is_fill(rest[1]) and bool(picked.all()):
+                    seen["all_visible"] += 1
+                if _is_fill(rest[0]) and not bool(picked.any()):
                     seen["all_visible"] += 1
         return original(condition, *rest, **kw)
 

@@ -13,6 +13,7 @@ from drill.grader.expect import Call, array, close, fail, matches, note, show
 from ._attention_reference import (
     WATCHED_VALUES_HINT,
     MEMORY_SIZE,
+    long_attention,
     check_block_reads,
     check_peak,
     check_reads_seen,
@@ -151,6 +152,19 @@ def test_kinds_any_document_ids(sub, rng):
     kv_doc = np.repeat(np.array([5, -2, 5, 9]), [8, 8, 8, 8]).astype(np.int64)
     check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, False, 8, 8)
     Q, K, V = _inputs(rng, 32, 32, 8)
+    check_forward(sub, Q, K, V, kv_doc, kv_doc, Br=8, Bc=8)
+    # One id at both ends of a tile's rows and keys with another id between them: the tile is
+    # partial, though its first and last rows and keys all carry the same id.
+    kv_doc = np.repeat(np.array([5, -2, 5, 9, 5, 7, 7]), [3, 2, 3, 8, 5, 6, 5]).astype(np.int64)
+    check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, False, 8, 8)
+    check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, True, 8, 8)
+    check_kinds(sub, kv_doc[-19:].copy(), kv_doc.copy(), 12, False, 8, 8)
+    check_forward(sub, Q, K, V, kv_doc, kv_doc, Br=8, Bc=8)
+    check_forward(sub, Q[-19:], K, V, kv_doc[-19:], kv_doc, window=12, Br=8, Bc=8)
+    # Ids far apart that agree in their low 32 bits (int64 labels: no narrower type may hold them).
+    kv_doc = np.repeat(np.array([7, 7 + 2**32, -2**40, 7 - 2**33, 2**62]), [10, 12, 9, 9, 8]).astype(np.int64)
+    check_kinds(sub, kv_doc.copy(), kv_doc.copy(), None, True, 8, 8)
+    Q, K, V = _inputs(rng, 48, 48, 8)
     check_forward(sub, Q, K, V, kv_doc, kv_doc, Br=8, Bc=8)
 
 
@@ -351,6 +365,61 @@ def test_forward_memory_long_keys(sub, rng):
     close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
 
 
+@pytest.mark.peak_memory
+def test_forward_memory_long_keys_all_live(sub, rng):
+    """Peak memory with 16 query rows against 2^21 keys that are nearly all visible stays at tiles"""
+    # Every tile but the first is full here, so skipping empty tiles saves nothing: code that gathers
+    # the live tiles of a query block into one strip of scores holds a row over all keys.
+    Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)
+    first = LONG_BC // 2  # the keys of another document: the first tile is partial
+    q_doc = np.full(LONG_SQ, 3, dtype=np.int64)
+    kv_doc = np.full(LONG_SK, 3, dtype=np.int64)
+    kv_doc[:first] = 4
+    kw = dict(Br=16, Bc=LONG_BC, scale=0.7)
+    call = Call("masked_flash_forward", f"Q [{LONG_SQ}x1], K, V [{LONG_SK}x1], two documents (the first "
+                                        f"{first} keys are another's), Br=16, Bc={LONG_BC}, scale=0.7")
+    held = Q.nbytes + K.nbytes + V.nbytes + q_doc.nbytes + kv_doc.nbytes
+    peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
+                              kv_doc.copy(), **kw)
+    if peak > held + LONG_SLACK_BYTES:
+        fail(f"masked_flash_forward held {(peak - held) / 2**20:.1f} MiB beyond its inputs on a long K",
+             called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=(f"under {(held + LONG_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) and "
+                       f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {LONG_SK:,} keys is "
+                       f"{LONG_SK * 8 / 2**20:.0f} MiB"),
+             hint=("the scores of a query block against all its visible keys were held at once (the live tiles "
+                   "gathered into one strip): visit the tiles of kind 1 and 2 one at a time and combine them with "
+                   "the online softmax, so only one [Br, Bc] tile of scores exists at a time"))
+    O, L = pair(result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
+    O_ref, L_ref = long_attention(Q, K[first:], V[first:], 0.7)
+    close(O, O_ref, call, atol=1e-8, rtol=1e-8, what="O", hint="memory is fine, but O is wrong on a long K")
+    close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
+
+
+@pytest.mark.observed
+def test_inputs_untouched(sub, rng):
+    """Q, K, V, q_doc and kv_doc are not modified"""
+    kv_doc = packed([9, 14, 17])
+    q_doc = kv_doc[-29:].copy()
+    Q, K, V = _inputs(rng, 29, 40, 4)
+    before = (Q.copy(), K.copy(), V.copy(), q_doc.copy(), kv_doc.copy())
+    for name, fn, args, kw in (
+            ("block_kinds", sub.block_kinds, (q_doc, kv_doc, None, True, 8, 8), {}),
+            ("masked_flash_forward", sub.masked_flash_forward, (Q, K, V, q_doc, kv_doc),
+             dict(causal=True, Br=8, Bc=8, scale=0.6))):
+        call = Call(name, ("q_doc, kv_doc, window=None, causal=True, Br=8, Bc=8" if name == "block_kinds" else
+                           "Q [29x4], K, V [40x4], q_doc, kv_doc, causal=True, Br=8, Bc=8, scale=0.6"))
+        after = observed_call(fn, call, *(a.copy() if isinstance(a, np.ndarray) else a for a in args),
+                              return_args=True, **kw).args
+        names = ("q_doc", "kv_doc") if name == "block_kinds" else ("Q", "K", "V", "q_doc", "kv_doc")
+        then = before[3:] if name == "block_kinds" else before
+        for what, now, was in zip(names, after, then):
+            if not matches(np.asarray(now), was, atol=0.0):
+                fail(f"{name} changed its input {what} in place", called=str(call),
+                     hint=("a slice such as Q[r0:r1] is a view: q *= scale writes into the caller's Q; scale a "
+                           "copy (q = Q[r0:r1] * scale) and never write into the arrays passed in"))
+
+
 # --- how the work is done (observed inside your process) -----------------------------------
 
 # Documents and windows whose tiles are mostly empty:
@@ -418,6 +487,74 @@ def test_skips_empty_tiles(sub, rng, case):
                "the non-empty tiles from the arrays you were given"))
 
 
+# Blocks that no tile uses: Q block 3 (document 5) sees no key, and K/V blocks 0, 1 (document 9) and
+# 5 (document 7) meet no query. Either loop order must reload its inner blocks (104 rows of each
+# of Q and K are needed by the live tiles, against 48 and 64 rows in all).
+DEAD_Q_DOC = np.repeat(np.array([1, 5, 2]), [24, 8, 16]).astype(np.int64)
+DEAD_KV_DOC = np.repeat(np.array([9, 1, 7, 2]), [16, 24, 8, 16]).astype(np.int64)
+
+
+def _rows_read(log, name, length) -> np.ndarray:
+    """[length] bool: the rows of one recorded input that any access reached (an elementwise pass: all)."""
+    seen = np.zeros(length, dtype=bool)
+    for entry in log or []:
+        if isinstance(entry, list) and len(entry) in (4, 5) and entry[0] == name:
+            start, stop = entry[1], entry[2]
+            if isinstance(start, int) and isinstance(stop, int):
+                seen[max(0, start):max(0, min(length, stop))] = True
+    return seen
+
+
+@pytest.mark.observed
+def test_dead_blocks_not_loaded(sub, rng):
+    """The inner loop loads only the blocks of non-empty tiles (blocks no tile uses are never read)"""
+    q_doc, kv_doc, Br, Bc = DEAD_Q_DOC, DEAD_KV_DOC, 8, 8
+    sq, sk = len(q_doc), len(kv_doc)
+    Q, K, V = _inputs(rng, sq, sk, 5)
+    call = Call("masked_flash_forward", f"Q [{sq}x5] (documents 1, 5, 2), K, V [{sk}x5] (documents 9, 1, 7, 2), "
+                                        f"Br={Br}, Bc={Bc}, scale=0.4")
+    sub.use_helper(PROBE)
+    mask = dense_mask(q_doc, kv_doc)
+    kinds = kinds_of(mask, Br, Bc)
+    outcome = observed_call(sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
+                            kv_doc.copy(), record={0: "Q", 1: "K", 2: "V"},
+                            helper={"module": PROBE.stem, "spec": {"tile": [Br, Bc]}}, Br=Br, Bc=Bc, scale=0.4)
+    O, _ = pair(outcome.result, call, "O, L", ((sq, 5), (sq,)))
+    close(O, attention(Q, K, V, mask, 0.4)[0], call, atol=O_ATOL, rtol=O_RTOL, what="O",
+          hint="the other checks name the mistake", nan_hint=WATCHED_VALUES_HINT)
+    reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk})
+    if truncated:
+        fail("your code made more than 200,000 separate reads of its inputs", called=str(call),
+             hint="read blocks of rows (K[j:j + Bc]), not single elements")
+    dead_q = np.repeat(~kinds.any(axis=1), Br)[:sq]
+    dead_k = np.repeat(~kinds.any(axis=0), Bc)[:sk]
+    # The array read only once belongs to the outer loop; the other one's blocks are loaded tile by
+    # tile, and a block that no non-empty tile uses must never be. Read once on both sides means
+    # blocks sliced ahead of the loops: then dead blocks may be read on one side at most.
+    once = {name: reads[name].rows <= reads[name].length for name in ("Q", "K")}
+    wasted = {"Q": int((_rows_read(outcome.reads, "Q", sq) & dead_q).sum()),
+              "K": int((_rows_read(outcome.reads, "K", sk) & dead_k).sum()),
+              "V": int((_rows_read(outcome.reads, "V", sk) & dead_k).sum())}
+    if once["Q"] and once["K"]:
+        inner = ("K", "V") if wasted["Q"] and (wasted["K"] or wasted["V"]) else ()
+        outer = "Q (and K: blocks taken ahead of the loops)"
+    elif once["Q"]:
+        inner, outer = ("K", "V"), "Q"
+    elif once["K"]:
+        inner, outer = ("Q",), "K"
+    else:
+        inner, outer = (), ""
+    for name in inner:
+        if wasted[name]:
+            fail(f"{wasted[name]} rows of {name} were read from blocks that no non-empty tile uses (observed)",
+                 called=str(call),
+                 got=f"{outer} read once; {wasted[name]} rows of {name} read in blocks whose tiles are all empty",
+                 expected=f"no row of those blocks of {name} read: kinds = {kinds.tolist()}",
+                 hint=("the tiles were computed from blocks sliced ahead of the loop, empty ones too: loop only "
+                       "over the tiles whose kind is not 0 (np.flatnonzero(kinds[i])) and slice each block "
+                       "when its tile is computed; an empty tile costs no load and no matmul"))
+
+
 @pytest.mark.observed
 @pytest.mark.parametrize("case", list(SPARSE), ids=list(SPARSE))
 def test_full_tiles_unmasked(sub, rng, case):
@@ -428,7 +565,7 @@ def test_full_tiles_unmasked(sub, rng, case):
         return
     full = int((kinds == 2).sum())
     fail(f"a mask was applied {masked_full} times with every pair of the tile visible (observed)", called=str(call),
-         got=f"np.where(mask, s, -inf) with an all-True mask on {masked_full} score tiles",
+         got=f"np.where masking no pair (an all-True mask, or a -inf fill no pair takes) on {masked_full} score tiles",
          expected=f"masks on partial tiles (kind 1) only; the {full} full tiles (kind 2) use their scores as they are",
          hint=("the mask was built and applied for every tile that is not empty: check the tile's kind first, "
                "and skip the mask (and building it) when the kind is 2; that is what makes full tiles as cheap as "
