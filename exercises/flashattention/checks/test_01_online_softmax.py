@@ -311,25 +311,39 @@ def _streaming_hint(got, rows, block_size) -> str:
     return ""
 
 
+def _check_streams(sub, rows, block_size, what):
+    call = Call("online_softmax", what)
+    got = array(sub.online_softmax(rows.copy(), block_size), call, shape=rows.shape, what="the softmax")
+    folded = np.atleast_2d(rows)
+    if _folds_like(np.atleast_2d(got), folded, block_size):
+        return
+    got = np.atleast_2d(got)
+    want = streamed_softmax(folded, block_size)
+    fail("online_softmax does not round like a running (m, l) kept block by block",
+         called=str(call), got=f"largest relative gap to a block-by-block fold: {_rel_gap(got, want):.3g}",
+         expected=f"within {STREAM_RTOL:g} of folding online_softmax_update over blocks of {block_size}",
+         hint=_streaming_hint(got, folded, block_size))
+
+
 def test_softmax_streams_in_blocks(sub, rng):
     """online_softmax keeps its running sum block by block, at the block size asked for"""
     # Blocks of 128 and 1000 (fewer of them: still a gap of ~1e-13 or more, in less time) catch a cap on
     # block_size (a fixed tile of 64 columns): the odd absorbing row rounds otherwise in smaller blocks.
-    for block_size, n_blocks in ((1, STREAM_BLOCKS), (4, STREAM_BLOCKS), (37, STREAM_BLOCKS), (128, 1000),
-                                 (1000, 200)):
+    # Some rows end in a shorter last block (tail > 0) and every row is also passed alone as a 1-D array,
+    # so neither ragged rows nor 1-D input can take a one-shot path that the other shapes do not.
+    for block_size, n_blocks, tail in ((1, STREAM_BLOCKS, 0), (4, STREAM_BLOCKS, 3), (37, STREAM_BLOCKS, 0),
+                                       (128, 1000, 77), (1000, 200, 501)):
         rows = np.stack([absorbing_row(rng, block_size, n_blocks),
                          absorbing_row(rng, block_size, n_blocks, odd=block_size > 37),
                          late_max_row(rng, block_size, n_blocks)])
-        call = Call("online_softmax", f"x[{rows.shape[0]}x{rows.shape[1]}] (logits 0, tiny ones and a late max), "
-                                      f"block_size={block_size}")
-        got = array(sub.online_softmax(rows.copy(), block_size), call, shape=rows.shape, what="the softmax")
-        if _folds_like(got, rows, block_size):
-            continue
-        want = streamed_softmax(rows, block_size)
-        fail("online_softmax does not round like a running (m, l) kept block by block",
-             called=str(call), got=f"largest relative gap to a block-by-block fold: {_rel_gap(got, want):.3g}",
-             expected=f"within {STREAM_RTOL:g} of folding online_softmax_update over blocks of {block_size}",
-             hint=_streaming_hint(got, rows, block_size))
+        if tail:  # a shorter last block of tiny logits (each row's smallest), after the row's max
+            rows = np.concatenate([rows, np.repeat(rows.min(axis=1, keepdims=True), tail, axis=1)], axis=1)
+        _check_streams(sub, rows, block_size,
+                       f"x[{rows.shape[0]}x{rows.shape[1]}] (logits 0, tiny ones and a late max), "
+                       f"block_size={block_size}")
+        for r, row in enumerate(rows):
+            _check_streams(sub, row, block_size,
+                           f"x[{row.shape[0]}] (row {r} of the above, as a 1-D array), block_size={block_size}")
 
 
 # What each function should return, for `drill check --repro` (values only reach the learner).
