@@ -8,8 +8,9 @@ far less memory traffic:
     S_ij = scale · Q_i K_jᵀ                    [br, bc]  (masked like the forward)
     P_ij = exp(S_ij - L_i)                     [br, bc]  (exactly the softmax, no new max needed)
 
-scale is 1/sqrt(d) when it is None; any other value is used as given, 0.0 included,
-causal or not (the same scale the forward used to produce L).
+scale is 1/sqrt(d) when it is None; any other value is used as given, whatever its
+sign (0.0 and negative values too), causal or not (the same scale the forward used to
+produce L).
 
 With D = rowsum(dO ∘ O)  [sq], computed once, each block then contributes
 

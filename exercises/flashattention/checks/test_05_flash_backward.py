@@ -165,10 +165,14 @@ def test_small_square(sub, rng):
     check_backward(sub, Problem(rng, 8, 8, 4, Br=4, Bc=4))
 
 
-@pytest.mark.parametrize("case", list(SHAPES), ids=list(SHAPES))
+# The shared shapes keep d <= 16; wider heads catch code that is right only on the columns it saw.
+SHAPES_05 = {**SHAPES, "wide heads": [(19, 27, 40, 8, 8), (21, 16, 64, 16, 4)]}
+
+
+@pytest.mark.parametrize("case", list(SHAPES_05), ids=list(SHAPES_05))
 def test_shapes(sub, rng, case):
     """dQ, dK and dV are right for awkward shapes and block sizes"""
-    for sq, sk, d, Br, Bc in SHAPES[case]:
+    for sq, sk, d, Br, Bc in SHAPES_05[case]:
         check_backward(sub, Problem(rng, sq, sk, d, Br=Br, Bc=Bc))
 
 
@@ -178,14 +182,18 @@ def test_default_blocks(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d in P, dQ and dK (0.0 included, causal too)"""
-    for scale, causal in ((0.37, False), (2.0, False), (0.0, False), (0.37, True)):
+    """An explicit scale replaces 1/√d in P, dQ and dK (0.0 and negative values included, causal too)"""
+    for scale, causal in ((0.37, False), (2.0, False), (0.0, False), (-0.6, False), (0.37, True)):
         check_backward(sub, Problem(rng, 24, 30, 8, Br=8, Bc=8, causal=causal, scale=scale))
+    # The causal path takes the scale as well, with Br != Bc, sq on either side of sk (rows
+    # without keys included) and a negative value.
+    for sq, sk, Br, Bc, scale in [(21, 34, 4, 8, 0.45), (34, 21, 8, 4, 1.7), (19, 19, 8, 8, -0.8)]:
+        check_backward(sub, Problem(rng, sq, sk, 8, Br=Br, Bc=Bc, causal=True, scale=scale))
 
 
 CAUSAL = {
-    "sq == sk": [(37, 37, 8, 8, 16), (16, 16, 4, 4, 4)],
-    "sq < sk, bottom-right": [(20, 45, 8, 8, 8), (7, 50, 4, 16, 4)],
+    "sq == sk": [(37, 37, 8, 8, 16), (16, 16, 4, 4, 4), (9, 9, 4, 16, 16), (24, 24, 64, 16, 8)],
+    "sq < sk, bottom-right": [(20, 45, 8, 8, 8), (7, 50, 4, 16, 4), (1, 12, 4, 16, 16)],
 }
 
 
@@ -284,7 +292,9 @@ def test_memory(sub, rng, causal):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix"""
     n, d = MEMORY_SIZE, 16
     Q, K, V, dO = (rng.normal(size=(n, d)) for _ in range(4))
-    scale = 0.37 if causal else None  # both paths watched: the default scale and a given one
+    # Both paths watched: the default scale, and a given one (negative: a shortcut taken only for
+    # a sign, say a plain [sq, sk] backward, must meet this check; the long-K one takes a positive).
+    scale = -0.37 if causal else None
     O, L = chunked_attention(Q, K, V, causal, scale)
     call = Call("flash_attention_backward", f"Q, K, V, O, dO [{n}x{d}], L [{n}], Br=128, Bc=128, causal={causal}"
                 + ("" if scale is None else f", scale={scale}"))
@@ -345,7 +355,9 @@ def test_memory_long_keys(sub, rng):
 def test_inputs_untouched(sub, rng):
     """Q, K, V, O, L and dO are not modified"""
     # sq > sk, causal: L starts with four -inf rows; then with a given scale, causal or not.
-    for kw in (dict(causal=True), dict(causal=True, scale=0.37), dict(causal=False, scale=2.0)):
+    # A negative scale too: folding its sign into Q in place changes the caller's Q.
+    for kw in (dict(causal=True), dict(causal=True, scale=0.37), dict(causal=False, scale=2.0),
+               dict(causal=False, scale=-0.6)):
         p = Problem(rng, 23, 19, 4, Br=8, Bc=8, **kw)
         args = list(p.args)
         before = [a.copy() for a in args]
