@@ -18,6 +18,9 @@ A part whose keys are all masked for some row has O = 0 and L = -inf there: it
 must contribute nothing. If both parts are -inf, the result is O = 0, L = -inf,
 with no NaN and no numpy warning.
 
+Leave the inputs as they are: neither function may change the arrays it is given
+(not even the -inf rows of L), nor may merge_many reorder or edit the list of parts.
+
 Example (one row, d = 1):
     >>> merge_partials(np.array([[1.0]]), np.array([0.0]), np.array([[3.0]]), np.array([0.0]))
     # equal masses: O = [[2.0]], L = [log 2] ≈ [0.6931]

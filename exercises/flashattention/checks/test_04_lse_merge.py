@@ -211,8 +211,10 @@ def test_pairwise_random_splits(sub, rng):
 
 def test_many_random_splits(sub, rng):
     """merge_many over random splits into 2 to 8 parts gives full attention"""
-    for parts in range(2, 9):
-        pieces, (O_full, L_full) = _problem(rng, 7, 30, 4, parts, spread=1.5)
+    # Then 13 and 33 parts: more than any fixed number of merge rounds or unrolled steps covers.
+    # (The title stays as the planted files name it.)
+    for parts, sk in [(p, 30) for p in range(2, 9)] + [(13, 30), (33, 40)]:
+        pieces, (O_full, L_full) = _problem(rng, 7, sk, 4, parts, spread=1.5)
         check_many(sub, pieces, O_full, L_full)
 
 
@@ -250,6 +252,13 @@ def test_extreme_lse(sub, rng):
     want = _merged_reference([(O1, L1), (O2, L2)])
     check_merge(sub, O1, L1, O2, L2, *want, atol=1e-9)
     check_many(sub, [(O2, L2), (O1, L1)], *want, atol=1e-9)
+    # The same rows with a third part halfway between the two: merge_many's path for 3 or more
+    # parts meets the subnormal e^L and the far, large-O parts too (not only the pairwise one).
+    L3 = (L1 + L2) / 2  # -inf where either part is -inf (never both here)
+    O3 = rng.normal(size=O1.shape)
+    O3[L3 == -np.inf] = 0.0
+    three = [(O2, L2), (O3, L3), (O1, L1)]
+    check_many(sub, three, *_merged_reference(three), atol=1e-9)
     # The same from attention with scores near ±1e4.
     Q = rng.normal(size=(8, d))
     Q = Q / np.linalg.norm(Q, axis=1, keepdims=True) * rng.uniform(2e3, 2e4, size=(8, 1))
@@ -331,22 +340,40 @@ def test_many_single_part(sub, rng):
 def test_inputs_untouched(sub, rng):
     """The input arrays are not modified"""
     (p1, p2), _ = _problem(rng, 6, 14, 4, 2)
+    # Rows where one part, or both, is empty (L = -inf, O = 0): a merge that patches the -inf
+    # in place (L1[L1 == -inf] = ...) changes nothing on rows without one.
+    for (O, L), rows in ((p1, [1, 4]), (p2, [4])):
+        O[rows], L[rows] = 0.0, -np.inf
     arrays = [p1[0], p1[1], p2[0], p2[1]]
     before = [a.copy() for a in arrays]
     after = observed_call(sub.merge_partials, "merge_partials(O1, L1, O2, L2)", *arrays, return_args=True).args
     for name, now, then in zip(("O1", "L1", "O2", "L2"), after, before):
         if not matches(now, then, atol=0.0):
             fail(f"merge_partials changed its input {name} in place", called="merge_partials(O1, L1, O2, L2)",
-                 got=show(now), expected=show(then), hint="build new arrays (w * O1), don't scale O1 in place")
+                 got=show(now), expected=show(then),
+                 hint=("build new arrays (w * O1), don't scale O1 in place" if name.startswith("O") else
+                       "don't patch the -inf rows of the caller's L in place (L[L == -inf] = ...): "
+                       "use np.where or a finite shift instead"))
     # merge_many too, given the caller's own arrays (call_many hands it copies).
-    parts, _ = _problem(rng, 6, 20, 4, 3)
+    parts, _ = _problem(rng, 6, 20, 4, 4)
+    # Empty rows again, in unequal numbers per part (2, 0, 1, 3): reordering the caller's list
+    # (parts.sort(key=...)) or patching its -inf in place shows.
+    for (O, L), rows in zip(parts, ([0, 5], [], [5], [1, 3, 5])):
+        O[rows], L[rows] = 0.0, -np.inf
     before = [(O.copy(), L.copy()) for O, L in parts]
-    called = "merge_many([(O1, L1), (O2, L2), (O3, L3)])"
+    called = "merge_many([(O1, L1), (O2, L2), (O3, L3), (O4, L4)])"
     after = observed_call(sub.merge_many, called, parts, return_args=True).args[0]
     if (not isinstance(after, (list, tuple)) or len(after) != len(before)
             or not all(isinstance(part, (list, tuple)) and len(part) == 2 for part in after)):
         fail("merge_many changed the list of parts it was given", called=called, got=show(after),
              hint="leave the caller's list as it is: work on a copy, list(parts)")
+    same = [[matches(O_now, O_then, atol=0.0) and matches(L_now, L_then, atol=0.0) for O_then, L_then in before]
+            for O_now, L_now in after]
+    if (not all(row[k] for k, row in enumerate(same))
+            and sorted(row.index(True) if any(row) else -1 for row in same) == list(range(len(before)))):
+        fail("merge_many reordered the caller's list of parts in place", called=called,
+             got="the same parts in another order",
+             hint="leave the caller's list as it is: sort or reverse a copy (sorted(parts), list(parts))")
     for k, ((O_now, L_now), (O_then, L_then)) in enumerate(zip(after, before), start=1):
         for name, now, then in ((f"O{k}", O_now, O_then), (f"L{k}", L_now, L_then)):
             if not matches(now, then, atol=0.0):
