@@ -13,13 +13,13 @@ Check your work:  drill check 02_tiling_shapes.py
 
 
 def block_sizes(M, d):
-    """(Br, Bc) for SRAM of M elements and head dimension d (ints)."""
+    """(Br, Bc), a tuple of ints, for SRAM of M elements and head dimension d (any positive ints)."""
     # TODO: Bc = ceil(M / (4d)); Br = min(ceil(M / (4d)), d).
     raise NotImplementedError
 
 
 def num_blocks(s, Br, Bc):
-    """(Tr, Tc): how many Q blocks and K/V blocks cover a sequence of length s (the last may be partial)."""
+    """(Tr, Tc), a tuple: how many Q blocks and K/V blocks cover a sequence of length s (the last may be partial)."""
     # TODO: ceiling division, without floating point.
     raise NotImplementedError
 

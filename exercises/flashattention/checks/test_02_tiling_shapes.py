@@ -31,10 +31,10 @@ def _is_int(v) -> bool:
 
 
 def _ints(value, n, call):
-    try:
-        items = tuple(value)
-    except TypeError:
-        fail(f"{call} must return {n} integers", called=str(call), got=show(value))
+    if not isinstance(value, tuple):
+        fail(f"{call} must return a tuple of {n} integers", called=str(call), got=show(value),
+             hint="return a tuple, like (Br, Bc): not a list, an array or a generator")
+    items = value
     if len(items) != n or not all(_is_int(v) for v in items):
         fail(f"{call} must return a tuple of {n} integers", called=str(call), got=show(value),
              hint="use integer arithmetic (// and -(-a // b)); math.ceil on a float returns an int too, "
@@ -248,10 +248,40 @@ REFERENCES = {
 }
 
 
+# Head dimensions that are no multiple of 8 or 16, and SRAM too small to hold one row of each of the
+# four tiles (M < 4d, where the formula still gives Bc = Br = 1).
+ODD_SRAM = [(100, 64), (200, 128), (1, 1), (30000, 100), (7777, 3), (50001, 77), (4 * 9 * 5 - 1, 9)]
+ODD_SHAPES = [(513, 7, 5, 3), (999, 100, 96, 33), (10, 1, 1, 1), (4097, 77, 40, 24), (300, 200, 512, 1)]
+
+
+def test_odd_head_dims(sub):
+    """Head dimensions no multiple of 8, and SRAM smaller than one row of each tile"""
+    for M, d in ODD_SRAM:
+        call = Call("block_sizes", f"M={M}, d={d}")
+        got = _ints(sub.block_sizes(M, d), 2, call)
+        want = REFERENCES["block_sizes"](M, d)
+        if got != want:
+            hint = ("SRAM below 4d still gives one row per tile: ceil(M / (4d)) = 1" if M < 4 * d else
+                    "use d as given: the formula holds for any head dimension, not only multiples of 8 or 16")
+            fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {want}",
+                 hint=hint)
+    for s, d, Br, Bc in ODD_SHAPES:
+        call, shapes = _shapes(sub, s, d, Br, Bc)
+        _compare_shapes(call, shapes, _expected_shapes(s, d, Br, Bc))
+        call, traffic = _traffic(sub, s, d, Br, Bc)
+        want = REFERENCES["hbm_elements"](s, d, Br, Bc)
+        if {k: int(traffic[k]) for k in want} != want:
+            fail("wrong traffic", called=str(call), got=show(traffic), expected=show(want),
+                 hint="count with d as given: an odd head dimension is not padded")
+
+
 def test_random_sizes(sub, rng):
     """Every function on sizes drawn at random for this run (no table of the fixed examples can answer)"""
-    for _ in range(12):
-        M, d = int(rng.integers(64, 300_000)), int(rng.choice([16, 32, 48, 64, 80, 96, 128, 256]))
+    for i in range(16):
+        # Half the head dimensions are common ones, half any size (odd ones too); a quarter of the SRAM
+        # sizes are below 4d, so Bc = 1.
+        d = int(rng.choice([16, 32, 48, 64, 80, 96, 128, 256])) if i % 2 else int(rng.integers(1, 300))
+        M = int(rng.integers(1, 4 * d)) if i % 4 == 0 else int(rng.integers(64, 300_000))
         call = Call("block_sizes", f"M={M}, d={d}")
         want = REFERENCES["block_sizes"](M, d)
         got = _ints(sub.block_sizes(M, d), 2, call)
