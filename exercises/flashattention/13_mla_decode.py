@@ -42,8 +42,9 @@ the checks measure your peak memory on a long cache.
 
 Every check watches which rows of c_kv and k_rope your code reads: rows 0 .. seq_len - 1,
 each once for all heads together, at most `block` rows at a time. Slice the arrays you
-are given (c_kv[lo:hi]): a whole-array copy or conversion such as np.asarray(c_kv)
-hides the reads, and the checks then fail.
+are given (c_kv[lo:hi], or c_kv[lo:hi].copy() for a local tile): a conversion such as
+np.asarray(c_kv) or np.array(c_kv[lo:hi]), of the whole array or of a slice, hides the
+reads, and the checks then fail.
 
 Check your work:  drill check 13_mla_decode.py
 """

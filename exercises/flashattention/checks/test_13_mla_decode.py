@@ -172,8 +172,8 @@ def diagnose(x: Mla, kw: dict, o: np.ndarray) -> str:
 
 NAN_HINT = ("o has NaN: rows of the cache at or past seq_len hold NaN; read only c_kv[:seq_len] and "
             "k_rope[:seq_len] (a masked score is not enough: 0 · NaN is NaN in p @ c). Every call is watched, so "
-            "an input converted whole (np.asarray(c_kv), np.array, a buffer) also holds NaN placeholders: slice "
-            "the arrays you were given")
+            "an input converted by np.asarray or np.array (c_kv whole or a slice of it) or a buffer also holds NaN "
+            "placeholders: use the slices c_kv[lo:hi] themselves, or c_kv[lo:hi].copy() for a local tile")
 
 
 def check_mla(sub, x: Mla, *, atol=ATOL, **kw) -> np.ndarray:
