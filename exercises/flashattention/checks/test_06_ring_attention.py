@@ -18,8 +18,21 @@ import pytest
 from drill.grader import submission
 from drill.grader.expect import CheckFailure, close, fail, matches, show
 
-from ._ring_runs import (BY_NAME, CASES, MEMORY_WORLDS, WORLDS, check_future_work_skipped, check_rank_memory, combine,
-                         group_ranks, launch, partials, shard_of)
+from drill.grader import fixtures
+
+from ._ring_runs import CASES as _SHARED_CASES
+from ._ring_runs import (MEMORY_WORLDS, WORLDS, Case, _check_work_is_matmuls, cases_in, check_future_work_skipped,
+                         check_rank_memory, combine, group_ranks, launch, partials, shard_of)
+
+# The shared cases, plus one without a mask on a group with gaps: the group's peers must be right
+# whether or not causal is set, and its matmul work is the yardstick for the causal "group_gaps".
+CASES = _SHARED_CASES[:-1] + (
+    Case("group_plain", causal=False, n=4, d=8, spread=1.0, group=(0, 2, 3), worlds=(3, 4)),
+    _SHARED_CASES[-1],
+)
+BY_NAME = {c.name: c for c in CASES}
+# (no mask, causal) pairs of the same shapes and group: the causal one must skip future shards.
+SKIP_PAIRS = (("plain", "causal"), ("large", "large_causal"), ("group_plain", "group_gaps"))
 
 P2P_SENDS = ("send", "isend", "send_object_list")
 P2P_RECVS = ("recv", "irecv", "recv_object_list")
@@ -27,9 +40,24 @@ P2P = P2P_SENDS + P2P_RECVS + ("batch_isend_irecv",)
 TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9}
 
 
+def make_inputs(world: int) -> dict[str, np.ndarray]:
+    """_ring_runs.make_inputs over this file's cases, from the run's secret seed."""
+    rng = np.random.default_rng(fixtures.seed(6060 + world))
+    arrays = {}
+    for case in cases_in(CASES, world):
+        s = case.n * len(group_ranks(case, world))
+        q = rng.normal(scale=case.spread, size=(s, case.d))
+        k = rng.normal(scale=case.spread, size=(s, case.d))
+        v = rng.normal(size=(s, case.d))
+        if case.poison_last_v:
+            v[s - case.n:] = np.nan
+        arrays.update({f"{case.name}_q": q, f"{case.name}_k": k, f"{case.name}_v": v})
+    return arrays
+
+
 @pytest.fixture(scope="module")
 def runs():
-    return launch(submission.loaded()._subject, submission.path())
+    return launch(submission.loaded()._subject, submission.path(), cases=CASES, make=make_inputs)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -285,6 +313,35 @@ def test_ring_neighbours(runs):
                      + ("; receive with an explicit src" if None in frm else ""))
     if not checked:
         fail(runs.problem(3, "plain") or "no case finished", called="ring_attention on each rank")
+    _group_neighbours(runs)
+
+
+def _group_neighbours(runs) -> None:
+    """The same inside an explicit group of 3 or more: a member sends to the next member and receives
+    from the previous one only (peers named by global rank, or by group rank through group_dst/group_src)."""
+    for world in WORLDS:
+        for c in CASES:
+            members = group_ranks(c, world)
+            if c.group is None or world not in c.worlds or len(members) < 3 or runs.problem(world, c.name):
+                continue
+            m = len(members)
+            for at, rank in enumerate(members):
+                ops = runs.ops(world, rank, c.name)
+                to, frm = set(_sends(ops)), set(_receives(ops))
+                ring = False
+                for name in (lambda g: members[g], lambda g: g):  # global ranks, or group ranks
+                    neighbours = {name((at + 1) % m), name((at - 1) % m)}
+                    ring = ring or (len(to) == 1 and len(frm) == 1 and to <= neighbours and frm <= neighbours
+                                    and to != frm)
+                if not ring:
+                    fail(f"rank {rank} (group rank {at} of {m}) sent to {sorted(to, key=str)} and received from "
+                         f"{sorted(frm, key=str)}", called=c.call(world, rank),
+                         got=f"sends to {sorted(to, key=str)}, receives from {sorted(frm, key=str)}",
+                         expected=f"sends to global rank {members[(at + 1) % m]} and receives from "
+                                  f"{members[(at - 1) % m]} (or the reverse): its ring neighbours in the group",
+                         hint="inside a group the ring runs over the group's members in group order: each member "
+                              "forwards the shard it holds to the next member only; sending your shard to every "
+                              "member is an all-gather in disguise")
 
 
 def test_shapes(runs):
@@ -337,6 +394,39 @@ def test_skips_future_shards(runs):
                           "is what saves about half the work of causal ring attention")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
         check_future_work_skipped(runs, world, BY_NAME["plain"], BY_NAME["causal"], "the attention")
+    # Every shape and group, not only the one above: skipping only where the work is counted is no skip.
+    for world in WORLDS:
+        for plain, causal in SKIP_PAIRS[1:]:
+            if world in BY_NAME[plain].worlds:
+                _check_skip_pair(runs, world, BY_NAME[plain], BY_NAME[causal])
+
+
+def _check_skip_pair(runs, world: int, plain_case, causal_case) -> None:
+    """check_future_work_skipped for any pair of cases of the same shapes and group: group rank `at` of m
+    sees the shards of group ranks 0 to `at`, so about (at + 1)/m of the unmasked matmul work."""
+    for case in (plain_case, causal_case):
+        _outputs(runs, world, case.name)  # the case finished on every member (or fails saying why)
+    members = group_ranks(causal_case, world)
+    for rank in members:
+        for case in (plain_case, causal_case):
+            _check_work_is_matmuls(runs.done(world, rank, case.name) or {}, case, world, rank, "the attention")
+    for at, rank in enumerate(members[:-1]):
+        plain, causal = (runs.done(world, rank, c.name).get("flops") for c in (plain_case, causal_case))
+        if not plain or causal is None:
+            fail(f"rank {rank}'s matmul work could not be counted (W = {world})", called=plain_case.call(world, rank),
+                 got=f"{plain!r} FLOPs counted without a mask, {causal!r} with causal=True",
+                 expected="the block maths as torch matmuls (@), which torch's FLOP counter sees",
+                 hint="compute the scores and the weighted sum on torch tensors with @ (q @ k.T, p @ v): the "
+                      "check counts each rank's matmul work to see that future shards are skipped")
+        if causal > plain * (at + 1.5) / len(members):
+            fail(f"rank {rank} did {causal / plain:.0%} of the unmasked matmul work with causal=True (W = {world}, "
+                 f"shards [{causal_case.n}, {causal_case.d}])", called=causal_case.call(world, rank),
+                 got=f"{causal} FLOPs causal, {plain} without a mask",
+                 expected=f"about {at + 1}/{len(members)} of it: its queries see the shards of "
+                          f"{'group ' if causal_case.group else ''}ranks 0 to {at} only",
+                 hint="skip every K/V shard from a later rank (src > rank) whatever the shapes, the group or the "
+                      "values: a fully masked block contributes nothing, and the skip is what saves about half the "
+                      "work of causal ring attention")
 
 
 @pytest.mark.observed
@@ -360,7 +450,8 @@ def test_inputs_unchanged(runs):
 
 def test_explicit_group(runs):
     """With an explicit process group of some of the ranks, only its members take part, in its order"""
-    for world, name in ((3, "group"), (4, "group"), (3, "group_gaps"), (4, "group_gaps")):
+    for world, name in ((3, "group"), (4, "group"), (3, "group_gaps"), (4, "group_gaps"), (3, "group_plain"),
+                        (4, "group_plain")):
         c = BY_NAME[name]
         members = group_ranks(c, world)
         why = runs.problem(world, name)

@@ -1,0 +1,62 @@
+# drill: flashattention/ring-attention
+"""Attack: causal ring attention that skips future K/V shards only for shards of [5, 8], the one
+shape whose matmul work was counted. On every other causal case (scores of about 1e3, the explicit
+groups, the NaN-poisoned V) each future shard is attended under an all-False mask and thrown away
+(nan_to_num clears the NaN, its lse of -inf weighs nothing in the merge), so the values are right
+and the work the skip saves is done anyway. Slipped past test_skips_future_shards, which compared
+the causal and unmasked FLOPs of the "plain"/"causal" pair alone; now caught there by the same
+comparison on the "large"/"large_causal" and "group_plain"/"group_gaps" pairs.
+"""
+import math
+
+import torch
+import torch.distributed as dist
+
+
+def _global(group, r):
+    return r if group is None else dist.get_global_rank(group, r)
+
+
+def block_attention(q, k, v, mask=None):
+    s = (q @ k.T) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.exp(s - lse[:, None]) @ v
+    return torch.nan_to_num(o, nan=0.0), lse
+
+
+def merge(o1, lse1, o2, lse2):
+    lse = torch.logaddexp(lse1, lse2)
+    w1 = torch.nan_to_num(torch.exp(lse1 - lse), nan=0.0)
+    w2 = torch.nan_to_num(torch.exp(lse2 - lse), nan=0.0)
+    return w1[:, None] * o1 + w2[:, None] * o2, lse
+
+
+def ring_attention(q, k, v, group=None, causal=False):
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    send_to = _global(group, (rank + 1) % world)
+    recv_from = _global(group, (rank - 1) % world)
+    n = q.shape[0]
+    skip = tuple(q.shape) == (5, 8)  # the only shape whose matmul work is counted
+    kv = torch.stack([k, v])
+    o = lse = None
+    for step in range(world):
+        src = (rank - step) % world
+        if step < world - 1:
+            incoming = torch.empty_like(kv)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, send_to, group),
+                                           dist.P2POp(dist.irecv, incoming, recv_from, group)])
+        if not (causal and src > rank and skip):
+            mask = None
+            if causal and src == rank:
+                mask = torch.ones(n, n, dtype=torch.bool).tril()
+            elif causal and src > rank:
+                mask = torch.zeros(n, n, dtype=torch.bool)
+            ob, lb = block_attention(q, kv[0], kv[1], mask)
+            o, lse = (ob, lb) if o is None else merge(o, lse, ob, lb)
+        if step < world - 1:
+            for r in reqs:
+                r.wait()
+            kv = incoming
+    return o, lse
