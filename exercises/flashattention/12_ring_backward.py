@@ -18,6 +18,8 @@ The queries (and dQ) stay put. The K/V shards travel round the ring as in 06, an
 collected for a shard travel with it: each rank adds its queries' share and passes K, V, dK,
 dV on to rank r+1. After the W-th step one more hop of dK/dV brings every shard's gradients
 home. Point-to-point only (isend/irecv or dist.batch_isend_irecv): no collectives.
+A rank holds only its own shards and those in flight, whatever W: wait for each hop's sends
+before moving on (a request kept keeps its buffer alive), and keep no list of past shards.
 
 Causal: global positions, as in 06. Skip a shard from a later rank (no work, but pass it and
 its gradients on); your own shard takes the lower triangle.

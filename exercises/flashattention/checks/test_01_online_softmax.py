@@ -301,7 +301,8 @@ def _streaming_hint(got, rows, block_size) -> str:
             return ("this is a one-shot softmax (one max and one sum over the whole row): the running sum was not "
                     "built block by block; loop over the columns in blocks of block_size and update m and l per "
                     "block (the rounding of a running sum differs measurably from a single sum here). A running "
-                    "sum kept as a log (np.logaddexp) rounds like a one-shot sum too: keep l itself")
+                    "sum kept as a log (np.logaddexp), compensated (Kahan) or wider (np.longdouble) rounds like a "
+                    "one-shot sum too: keep l itself, a plain float64 sum")
     for other in (128, 64, 37, 32, 16, 8, 4, 2):
         # The largest (cheapest to fold) first; folds of many blocks take seconds, and a fixed small
         # block size shows already at block_size = 1, on a short row.
