@@ -353,10 +353,15 @@ CORRECTIONS = {
                              ["Only full pages are shared in practice"]),
     "fully-masked-rows": (["FlashAttention-2's CUDA kernels store", "FlashAttention-3 and -4", "_safe_softmax"],
                           ["FlashAttention's CUDA kernels store"]),
-    "where-s-p-o-live": (["MmaPV_is_RS", "shared memory"], ["Nothing of S or P is written even to shared memory"]),
+    "where-s-p-o-live": (["MmaPV_is_RS", "shared memory", "head dims 65–96", "head dim 64 without a causal"],
+                         ["Nothing of S or P is written even to shared memory", "head dim ≤ 96"]),
+    "flashmla-decode-kernel": (["about 128", "865 TFLOP/s"], ["64 or more"]),
+    "mla-decode-intensity": (["258", "2 × 128 = 256"], []),
+    # Audit 2026-12-05: hopper/heuristics.h should_pack_gqa has no causal/local rule and no 0.95.
+    "pack-gqa": (["0.9 times", "always for varlen", "splits the KV"], ["0.95"]),
     "kv-l2-reuse": (["FlashAttention-2's", "FlashAttention-1 kept K and V outside"], ["794", "165"]),
     "fused-intensity-no-l2": (["989/4.8 ≈ 206"], ["794"]),
-    "decode-bandwidth-bound": (["4.31–4.32 TB/s"], ["4.45"]),
+    "decode-bandwidth-bound": (["4.31–4.32 TB/s", "2.1 GB of K and V", "1.49 TB/s"], ["4.45", "half a gigabyte"]),
     "online-update-rule": (["FlashAttention-2's form", "block-local max"], []),
     "fa3-tma-wgmma": (["two thirds", "mma.sync"], ["only with WGMMA can a kernel approach"]),
     "fa2-changes": (["not a change", "both versions"], ["(6)"]),
@@ -384,6 +389,9 @@ SOURCE_CORRECTIONS = {
     "kv-l2-reuse": (["FlashAttention-2 (Dao 2023) §3.1, Algorithm 1"], ["FlashAttention (Dao et al. 2022) §3.2"]),
     "fully-masked-rows": (["hopper/softmax.h", "flash_attn/cute/softmax.py"], []),
     "where-s-p-o-live": (["tile_size.h"], []),
+    # Audit 2026-12-05: only FlashAttention-2 stores +inf (csrc softmax.h); the facts sheet is not shipped.
+    "bwd-no-key-rows": (["csrc/flash_attn/src/softmax.h", "hopper/softmax.h"], ["FLASHATTENTION-FACTS"]),
+    "pack-gqa": (["get_pack_gqa"], ["0.95"]),
     "fig2-hbm-ratio": (["2205.14135v2"], []),
     "fig2-speedup": (["2205.14135v2"], []),
     "fig2-three-numbers": (["2205.14135v2"], []),
@@ -436,6 +444,25 @@ def test_the_reviewed_cards_numbers():
     assert (2 * 2 + 2 * 4) / (2 * 2) == 3
     # ring-min-block-size: the InfiniBand case of Table 2 (24.5K) from c = F / B.
     assert round(312e12 / 12.5e9, -3) == 25000
+    # flashmla-decode-kernel, mla-decode-intensity: FlashMLA's deep dive, 865 TFLOP/s over 3.35 TB/s,
+    # halved for its intensity of about 2·h_q·s_q, gives h_q·s_q ≈ 128 (not 64); exact intensity 241.8.
+    assert round(865 / 3.35) == 258 and round(865 / 3.35 / 2) == 129 and 2 * 128 == 256
+    assert round(128 * (576 + 512) / 576, 1) == 241.8
+    # decode-bandwidth-bound: K + V of batch 64, 8k context, 8 KV heads of 128, bf16 (the table's 2147 MB).
+    assert round(2 * 64 * 8192 * 8 * 128 * 2 / 1e6) == 2147 and round(2147 / 1e3, 1) == 2.1
+
+
+def test_no_text_credits_every_flashattention_kernel_with_plus_inf(deck):
+    # Only FlashAttention-2's CUDA kernels store L = +inf for a row that saw no key
+    # (csrc/flash_attn/src/softmax.h); FA3 (hopper/softmax.h) and FA4 store -inf.
+    from drill import catalog
+
+    texts = [t for card in deck.cards for t in _all_texts(card)]
+    texts += [h for ex in catalog.load_topic(TOPIC).exercises for h in ex.hints]
+    for text in texts:
+        rendered = mathtext.render(text)
+        assert "FlashAttention's CUDA kernels store" not in rendered, rendered[:120]
+        assert "FlashAttention 的 CUDA kernel 对这种行" not in rendered, rendered[:120]
 
 
 # --------------------------------------------------------------------------
