@@ -5,7 +5,9 @@ See tests/redteam/README.md for the attack files and their placeholders.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import socket
@@ -27,12 +29,31 @@ SPECIFIC = sorted((REDTEAM / "specific").glob("*/*.py"))
 NUMPY_EXERCISES = [ex for ex in catalog.all_exercises() if ex.needs == "cpu"]
 TORCH_EXERCISES = [ex for ex in catalog.all_exercises() if ex.needs != "cpu"]  # ring ranks, Triton kernel
 MARKER = f"drill-esc-{os.getpid() % 100000}"  # per test process (15 characters at most, as comm keeps)
+READABLE = importlib.util.find_spec("numpy").origin  # a file every subject may read, and must not change
 QUICK_TIMEOUT = 20.0  # attacks that hang are stopped sooner than a learner's file would be
 TORCH_TIMEOUT = 90.0  # the torch exercises' checks alone take 15-30 s on a CPU
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _metadata(path) -> tuple:
+    """What Landlock does not guard: a file's mode, owner, modification time, xattrs and inode flags."""
+    st = os.stat(path)
+    try:
+        xattrs = sorted(os.listxattr(path))
+    except OSError:
+        xattrs = None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            flags = fcntl.ioctl(fd, 0x80086601, bytes(8))  # FS_IOC_GETFLAGS
+        finally:
+            os.close(fd)
+    except OSError:
+        flags = None
+    return st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, xattrs, flags
 
 
 def _survivors() -> list[int]:
@@ -111,7 +132,11 @@ def _machine_traces() -> dict:
         sysv = []
     groups = sorted(str(p) for root, *_ in sandbox.MemoryGroup.LAYOUTS for p in Path(root).glob("drill-*-*")
                     if not Path(f"/proc/{p.name.split('-')[1]}").exists())
-    return {"/dev/shm": shm, "System V shared memory": sysv, "cgroups of ended graders": groups}
+    try:
+        keys = [line.split()[0] for line in Path("/proc/keys").read_text().splitlines() if MARKER in line]
+    except OSError:
+        keys = []
+    return {"/dev/shm": shm, "System V shared memory": sysv, "cgroups of ended graders": groups, "kernel keys": keys}
 
 
 def _new_traces(before: dict) -> dict:
@@ -130,7 +155,8 @@ def _attack(template: Path, ex: catalog.Exercise, workspace: Path, listener: Lis
     fill = {"{{ID}}": ex.id, "{{FUNCTIONS}}": repr(list(ex.functions)), "{{DB}}": str(paths.database()),
             "{{CHECKS}}": str(ex.checks_path), "{{SOLUTION}}": str(ex.solution_path),
             "{{WORKSPACE}}": str(workspace), "{{MARKER}}": MARKER,
-            "{{SOCKET}}": listener.path if listener else "/nonexistent", "{{PORT}}": str(listener.port if listener else 9)}
+            "{{SOCKET}}": listener.path if listener else "/nonexistent", "{{PORT}}": str(listener.port if listener else 9),
+            "{{READABLE}}": READABLE}
     for key, value in fill.items():
         text = text.replace(key, value)
     target = workspace / ex.file
@@ -150,9 +176,12 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path, 
     cache = ex.checks_path.parent / "__pycache__"
     cached_before = set(os.listdir(cache)) if cache.exists() else set()
     traces_before = _machine_traces()
+    target = _attack(template, ex, workspace, listener)  # written before the workspace's times are taken
+    watched = [database, ex.checks_path, sentinel, workspace, READABLE]
+    metadata_before = [_metadata(p) for p in watched]
     reached_before = len(listener.reached) if listener else 0
 
-    result = grade(ex, _attack(template, ex, workspace, listener),
+    result = grade(ex, target,
                    timeout=QUICK_TIMEOUT if ex.needs == "cpu" else TORCH_TIMEOUT)
 
     assert result.status in ("fail", "error"), f"{template.name} as {ex.id} passed: {result.message}"
@@ -167,7 +196,11 @@ def _graded_without_trace(template: Path, ex: catalog.Exercise, tmp_path: Path, 
     assert (set(os.listdir(cache)) if cache.exists() else set()) == cached_before, \
         f"{template.name} planted a file beside the hidden checks"
     assert sentinel.read_text() == "the learner's own notes", f"{template.name} touched the workspace"
-    assert "\x1b" not in json.dumps(result.to_json()), f"{template.name}: a terminal escape reached the report"
+    assert [_metadata(p) for p in watched] == metadata_before, \
+        f"{template.name} changed a file's mode, times, xattrs or flags"
+    report = json.dumps(result.to_json(), ensure_ascii=False)
+    report.encode("utf-8")  # a lone surrogate cannot be printed: drill check would end in a traceback
+    assert "\x1b" not in report, f"{template.name}: a terminal escape reached the report"
     return result
 
 

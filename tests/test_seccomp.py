@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import mmap
 import os
+import platform
 import socket
+import struct
 import threading
 
 import pytest
@@ -17,14 +20,14 @@ from drill.grader import seccomp
 pytestmark = pytest.mark.skipif(not seccomp.available(), reason="no seccomp on this machine")
 
 
-def _in_child(body) -> dict:
-    """Run body() in a forked child that first installs the hiding filter; its JSON result."""
+def _in_child(body, install=seccomp.deny_hidden_memory) -> dict:
+    """Run body() in a forked child that first installs a filter (the hiding one); its JSON result."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         try:
-            seccomp.deny_hidden_memory()
+            install()
             result = body()
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             result = {"crashed": repr(exc)}
@@ -75,3 +78,33 @@ def test_hidden_memory_refused_threads_kept():
     got = _in_child(body)
     assert got == {"thread": True, "fork": errno.EACCES, "memfd": errno.EACCES, "socketpair": errno.EACCES,
                    "shmget": errno.EACCES, "pageout": errno.EACCES, "dontneed": 0}
+
+
+def test_metadata_and_keyrings_refused(tmp_path):
+    """The subject's filter: no socket, and no change to a file's metadata (mode, times, xattrs, inode
+    flags), which Landlock leaves to the file's owner, nor to the kernel keyrings; files still written."""
+    path = tmp_path / "owned.txt"
+    path.write_text("mine")
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def body():
+        fd = os.open(path, os.O_RDONLY)
+
+        def add_key():
+            number = {"x86_64": 248, "aarch64": 217}[platform.machine()]
+            if libc.syscall(number, b"user", b"drill-test", b"x", 1, ctypes.c_int(-4)) < 0:  # the user keyring
+                raise OSError(ctypes.get_errno(), "add_key")
+
+        return {"socket": _errno_of(socket.socket),
+                "chmod": _errno_of(lambda: os.chmod(path, 0o600)),
+                "fchmod": _errno_of(lambda: os.fchmod(fd, 0o600)),
+                "utime": _errno_of(lambda: os.utime(path, (0, 0))),
+                "setxattr": _errno_of(lambda: os.setxattr(path, "user.drill", b"x")),
+                "chattr": _errno_of(lambda: fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0x40))),  # FS_IOC_SETFLAGS
+                "add_key": _errno_of(add_key),
+                "write": _errno_of(lambda: path.write_text("still mine"))}
+
+    got = _in_child(body, seccomp.deny_new_sockets)
+    assert got == {"socket": errno.EACCES, "chmod": errno.EACCES, "fchmod": errno.EACCES, "utime": errno.EACCES,
+                   "setxattr": errno.EACCES, "chattr": errno.EACCES, "add_key": errno.EACCES, "write": 0}
+    assert path.read_text() == "still mine"

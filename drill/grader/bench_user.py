@@ -24,7 +24,6 @@ import os
 import secrets
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -82,7 +81,7 @@ def time_user_kernel(path, cases: list[dict], *, dtype: str = "bfloat16", device
     cuda = runner.nvidia_driver_present()
     nonce = secrets.token_hex(16)
     limit_s = LOAD_TIMEOUT_S + len(cases) * (WARMUP_TIMEOUT_S + 2 * CALL_TIMEOUT_S) + 60
-    with tempfile.TemporaryDirectory(prefix="drill-bench-", ignore_cleanup_errors=True) as tmp:
+    with runner.ScratchFolder(prefix="drill-bench-", ignore_cleanup_errors=True) as tmp:  # any depth (runner)
         copy = runner.place_copy(source, path.name, Path(tmp) / "submission")
         job = {"nonce": nonce, "user_file": str(copy), "scratch": tmp, "hidden": runner.hidden_paths(),
                "memory_mb": MEMORY_MB, "cap_address_space": not cuda, "cuda": cuda,

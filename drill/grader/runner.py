@@ -111,7 +111,7 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
         parent = sandbox.scratch_parent([tempfile.gettempdir(), "/tmp", "/var/tmp", pycache_dir().parent])
     except sandbox.SandboxRefused as exc:
         return GradeResult(exercise=exercise.key, file=os.fsdecode(user_file), status="error", message=str(exc))
-    with tempfile.TemporaryDirectory(prefix="drill-grade-", dir=parent, ignore_cleanup_errors=True) as tmp:
+    with ScratchFolder(prefix="drill-grade-", dir=parent, ignore_cleanup_errors=True) as tmp:
         # The worker and the subject see only this copy, taken once: the learner's file can
         # change (or vanish) while it is graded without changing what is graded.
         copy = place_copy(source, user_file.name, Path(tmp) / "submission")
@@ -158,6 +158,24 @@ def grade(exercise: Exercise, user_file: Path, timeout: float | None = None, *,
             result.notes.append(_write_repro(Path(tmp) / "repro.npz", user_file, events))
     result.seconds = round(time.perf_counter() - started, 3)
     return result
+
+
+class ScratchFolder(tempfile.TemporaryDirectory):
+    """A grading's scratch folder, removed at the end whatever the subject left in its own folder.
+
+    shutil.rmtree recurses once per level: a folder nested a few thousand deep (made with chdir,
+    so no path is ever long) raised RecursionError out of the `with`, which ended `drill check` in
+    a traceback and left the folder on disk. `rm -rf` walks any depth."""
+
+    def cleanup(self) -> None:
+        try:
+            super().cleanup()
+        except RecursionError:
+            try:
+                subprocess.run(["rm", "-rf", "--", self.name], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False)
+            except OSError:
+                pass
 
 
 def _write_repro(bundle: Path, user_file: Path, events: list[dict]) -> str:
@@ -327,9 +345,11 @@ def stop_trusted(proc: "subprocess.Popen | Forked") -> None:
 
 
 # Terminal escapes, C0 and C1 controls (U+009B is a one-character CSI), and the bidirectional
-# overrides and isolates that make a line read differently from what it says.
+# overrides and isolates that make a line read differently from what it says. Also lone surrogates:
+# JSON lets the subject send "\ud800" in any string, and no encoding can write one, so a report
+# that held it ended `drill check` with a UnicodeEncodeError traceback instead of a verdict.
 _CONTROL = re.compile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f"
-                      "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+                      "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def clean(text) -> str:

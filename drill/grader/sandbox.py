@@ -478,10 +478,40 @@ class MemoryGroup:
 
     LAYOUTS = (("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.usage_in_bytes"),
                ("/sys/fs/cgroup", "memory.max", "memory.peak", "memory.current"))
+    # A cap on the tree's processes and threads. Memory alone allows tens of thousands of them (a
+    # thread costs a few pages), enough to use up the machine's PIDs (pid_max, 32768 by default) for
+    # as long as the grading lasts, so that nothing else on the machine could fork; RLIMIT_NPROC does
+    # not bind uid 0. cgroup v1 keeps pids.max in a hierarchy of its own, v2 in the memory group.
+    PIDS_ROOT = "/sys/fs/cgroup/pids"
+    MAX_TASKS = 4096
 
     def __init__(self, path: Path, limit_file: str, peak_file: str, usage_file: str):
         self.path, self.peak_file, self.usage_file = path, peak_file, usage_file
         self.limit_file = limit_file
+        self.pids: Path | None = None  # the v1 pids group beside this one, if made
+
+    def _cap_tasks(self, name: str) -> None:
+        """Best effort: where no pids controller is reachable, memory stays the only cap."""
+        if (self.path / "pids.max").exists():
+            try:
+                (self.path / "pids.max").write_text(str(self.MAX_TASKS))
+            except OSError:
+                pass
+            return
+        base = Path(self.PIDS_ROOT)
+        if not (base / "cgroup.procs").exists():
+            return
+        _remove_stale_groups(base)
+        path = base / name
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(self.MAX_TASKS))
+            self.pids = path
+        except OSError:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
 
     @classmethod
     def create(cls, name: str, limit_bytes: int) -> "MemoryGroup | None":
@@ -502,13 +532,18 @@ class MemoryGroup:
                 except OSError:
                     pass
                 continue
-            return cls(path, limit_file, peak_file, usage_file)
+            group = cls(path, limit_file, peak_file, usage_file)
+            group._cap_tasks(name)
+            return group
         return None
 
     def join(self) -> None:
         """Called in the child before exec: move this process into the group."""
         with open(self.path / "cgroup.procs", "w") as f:
             f.write(str(os.getpid()))
+        if self.pids is not None:
+            with open(self.pids / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
 
     def read(self, which: str) -> int:
         try:
@@ -517,21 +552,22 @@ class MemoryGroup:
             return 0
 
     def remove(self) -> None:
-        for _ in range(100):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.01)  # the killed processes are still leaving
+        for path in (self.path, self.pids):
+            for _ in range(100 if path is not None else 0):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)  # the killed processes are still leaving
 
 
     @classmethod
     def sweep(cls, owner: int) -> None:
         """Kill every process in the groups a grading process `owner` made, then remove them: the
         runner's backstop for a worker that died before it could end its own subjects."""
-        for root, *_ in cls.LAYOUTS:
+        for root in [layout[0] for layout in cls.LAYOUTS] + [cls.PIDS_ROOT]:
             for path in Path(root).glob(f"drill-{owner}-*"):
                 for _ in range(100):
                     try:

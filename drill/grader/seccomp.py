@@ -24,6 +24,34 @@ import sys
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 _ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}  # AUDIT_ARCH_*
 _DENIED = {"x86_64": {"socket": 41, "io_uring_setup": 425}, "aarch64": {"socket": 198, "io_uring_setup": 425}}
+# Landlock guards what a file holds, not its metadata: a subject whose uid owns a file it may merely
+# open or name (the learner's workspace and progress database, the hidden checks; all of them when
+# the grader runs as root) could still chmod, chown, re-date or tag it with xattrs, and those changes
+# outlive the grading. The kernel keyrings are a store no namespace here isolates for root (a key
+# added to the user keyring stays after the grading, for any later subject to read). Refused too.
+_METADATA = {"x86_64": {"chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93, "lchown": 94, "utime": 132,
+                        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
+                        "lremovexattr": 198, "fremovexattr": 199, "utimes": 235, "add_key": 248,
+                        "request_key": 249, "keyctl": 250, "fchownat": 260, "futimesat": 261, "fchmodat": 268,
+                        "utimensat": 280, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466},
+             "aarch64": {"setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
+                         "fremovexattr": 16, "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55,
+                         "utimensat": 88, "add_key": 217, "request_key": 218, "keyctl": 219, "fchmodat2": 452,
+                         "setxattrat": 463, "removexattrat": 466}}
+for _machine, _numbers in _METADATA.items():
+    _DENIED[_machine].update(_numbers)
+# The same through ioctl on a file opened only to read (Landlock checks devices' ioctls only): inode
+# flags (chattr: nodump, noatime, ...), the file's version and project attributes, fs-verity (which
+# makes a file read-only for good) and an encryption policy. Matched on the command's 32 bits, which
+# is all the kernel reads of it.
+_IOCTL = {"x86_64": 16, "aarch64": 29}
+_IOCTL_DENIED = (0x40086602, 0x40046602,  # FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS
+                 0x40087602, 0x40047602,  # FS_IOC_SETVERSION, FS_IOC32_SETVERSION
+                 0x40086604, 0x40046604,  # EXT4_IOC_SETVERSION and its 32-bit twin
+                 0x401C5820,  # FS_IOC_FSSETXATTR
+                 0x40806685,  # FS_IOC_ENABLE_VERITY
+                 0x800C6613)  # FS_IOC_SET_ENCRYPTION_POLICY
+_ARG1 = 24  # the low word of args[1], an ioctl's command
 _X32_BIT = 0x40000000
 # Places a rank could keep data outside its own resident memory (see deny_hidden_memory):
 _HIDING = {"x86_64": {"fork": 57, "vfork": 58, "clone3": 435, "memfd_create": 319, "memfd_secret": 447,
@@ -59,7 +87,10 @@ def available() -> bool:
 def program(machine: str) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions; seccomp_data holds nr at offset 0, arch at 4."""
     denied = sorted(_DENIED[machine].values())
-    refuse = 6 + len(denied)  # the last instruction: 4 to load and check, the x32 test, the numbers, allow
+    commands = sorted(_IOCTL_DENIED)
+    # Then: 4 to load and check, the x32 test, the numbers, ioctl's test and its commands, allow, refuse.
+    allow = 4 + 1 + len(denied) + 2 + len(commands)
+    refuse = allow + 1
     code = [(_LD_W_ABS, 0, 0, 4),
             (_JEQ_K, 1, 0, _ARCH[machine]),
             (_RET_K, 0, 0, _RET_KILL_PROCESS),
@@ -67,8 +98,13 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     code.append((_JGE_K, refuse - len(code) - 1, 0, _X32_BIT))
     for number in denied:
         code.append((_JEQ_K, refuse - len(code) - 1, 0, number))
+    code.append((_JEQ_K, 0, allow - len(code) - 1, _IOCTL[machine]))  # any other call: allowed
+    code.append((_LD_W_ABS, 0, 0, _ARG1))
+    for command in commands:
+        code.append((_JEQ_K, refuse - len(code) - 1, 0, command))
     code.append((_RET_K, 0, 0, _RET_ALLOW))
     code.append((_RET_K, 0, 0, _RET_ERRNO | errno.EACCES))
+    assert len(code) == refuse + 1
     return code
 
 
