@@ -127,6 +127,8 @@ def diagnose(sub, q, pool, scale, o, rng) -> str:
                          "test `scale is None`; with scale 0 every live key weighs the same")]
     else:
         wrongs = [(None, "the scale argument was ignored: use it when it is given")]
+        if scale < 0:
+            wrongs.append((-scale, "a negative scale was used as its magnitude: use the value as given"))
     for wrong, hint in wrongs:
         if matches(o, reference(q, pool, wrong), atol=1e-8):
             return hint
@@ -231,9 +233,10 @@ def test_very_different_lengths(sub, rng):
 
 def test_shared_prefix(sub, rng):
     """Several sequences share the physical pages of a common prompt prefix"""
-    pool = build_pool(rng, [40, 35, 57], 8, 2, 8, shared_prefix_pages=3)
+    # A long conversation (4500 keys, past a 4096-key sliding window) shares the prompt too.
+    pool = build_pool(rng, [40, 35, 57, 4500], 8, 2, 8, shared_prefix_pages=3)
     assert (pool.block_table[:, :3] == pool.block_table[0, :3]).all()
-    check_paged(sub, rng, _queries(rng, 3, 4, 8), pool)
+    check_paged(sub, rng, _queries(rng, 4, 4, 8), pool)
 
 
 def test_gqa_groups(sub, rng):
@@ -251,9 +254,9 @@ def test_mqa(sub, rng):
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d, 0.0 included"""
+    """An explicit scale replaces 1/√d, 0.0 and negative values included"""
     pool = build_pool(rng, [20, 11], 8, 2, 8)
-    for scale in (0.37, 2.0, 0.0):
+    for scale in (0.37, 2.0, 0.0, -0.6):
         check_paged(sub, rng, _queries(rng, 2, 4, 8), pool, scale=scale)
 
 
@@ -361,7 +364,7 @@ WATCHED = [([32, 21, 8, 45], 8, 4, 2, 8, None), ([13, 30, 5], 5, 3, 1, 5, 0.0), 
 
 @pytest.mark.observed
 def test_reads_only_referenced_pages(sub, rng):
-    """Only the pages a sequence references are read: no unreferenced page, no page a -1 table entry points at (MHA, GQA, MQA; several page sizes)"""
+    """Only the pages a sequence references are read: no unreferenced page (before, after or between them), no page a -1 table entry points at (MHA, GQA, MQA; several page sizes)"""
     front, back = 3, 3
     for lens, ps, Hq, hkv, d, scale in WATCHED:
         pool = _pool_between_spares(rng, lens, ps, hkv, d, front, back)
@@ -377,11 +380,72 @@ def test_reads_only_referenced_pages(sub, rng):
         o = array(outcome.result, call, shape=(len(lens), Hq, d), what="o")
         close(o, reference(q, pool, scale), call, atol=ATOL, rtol=RTOL, what="o",
               hint="the other checks name the mistake", nan_hint=WATCHED_VALUES_HINT)
+    # Unreferenced pages between the referenced ones: a slab from the first live page to the last
+    # reads them, though both its ends are live.
+    for lens, ps, Hq, hkv, d, scale, ends_live in WATCHED_INTERLEAVED:
+        pool = _pool_interleaved(rng, lens, ps, hkv, d, ends_live)
+        q = _queries(rng, len(lens), Hq, d)
+        kw = {} if scale is None else {"scale": scale}
+        call = Call("paged_decode", f"q[{len(lens)}x{Hq}x{d}], {pool.describe()}"
+                    + (f", scale={scale:.6g}" if scale is not None else ""))
+        outcome = observed_call(sub.paged_decode, call, q.copy(), pool.k_pages.copy(), pool.v_pages.copy(),
+                                pool.block_table.copy(), pool.seq_lens.copy(), record=RECORD,
+                                _hints=WARNING_HINTS, **kw)
+        check_reads(call, outcome.reads, pool)
+        check_no_slabs(call, outcome.reads, pool)
+        o = array(outcome.result, call, shape=(len(lens), Hq, d), what="o")
+        close(o, reference(q, pool, scale), call, atol=ATOL, rtol=RTOL, what="o",
+              hint="the other checks name the mistake", nan_hint=WATCHED_VALUES_HINT)
     # The calls of the checks run before this one, on every other shape and option: the first and
     # last page of each access must be pages a sequence holds.
     for call, reads, pool, seen_by in SEEN_READS:
         if seen_by is sub:
             check_reads(call, reads, pool)
+
+
+# Configurations where referenced and unreferenced pages alternate: with ends_live False,
+# physical page 2i + 1 is live page i and every even page (the first and the last, which a -1
+# entry reads, included) is referenced by no sequence; with ends_live True, page 2i is live page
+# i, so the pool's first and last pages are live and the unreferenced ones are all inside. Every
+# seq_len is even and so is B: a gather of one sequence's pages or tokens (or of the padded
+# batch's) then never logs as many rows as the pages it spans (an odd count), which only a slice
+# of consecutive pages (or the whole pool) does.
+# (lens, page_size, Hq, Hkv, d, scale, ends_live)
+WATCHED_INTERLEAVED = [([12, 30, 6, 22], 4, 4, 2, 8, None, False), ([18, 40], 5, 3, 1, 5, -0.5, False),
+                       ([20, 8, 34, 14], 6, 6, 3, 8, None, True)]
+
+
+def _pool_interleaved(rng, lens, ps, hkv, d, ends_live) -> Pool:
+    inner = build_pool(rng, lens, ps, hkv, d, spare=0, poison="draws")
+    live = inner.k_pages.shape[0]
+    first = 0 if ends_live else 1
+    k, v = (rng.normal(size=(2 * live - 1 + 2 * first, ps, hkv, d)) for _ in "kv")
+    k[first::2][:live], v[first::2][:live] = inner.k_pages, inner.v_pages
+    table = np.where(inner.block_table >= 0, 2 * inner.block_table + first, -1)
+    return Pool(k, v, table, inner.seq_lens, inner.keys, inner.values)
+
+
+def check_no_slabs(call, reads, pool) -> None:
+    """Fail on an access that took a run of consecutive pages with an unreferenced one inside it
+    (a slice k_pages[lo:hi] from a sequence's first page to its last, or the batch's): its first
+    and last page are live, so check_reads passes it, but it reads every page between."""
+    live = live_pages(pool)
+    for entry in reads or []:
+        if not (isinstance(entry, list) and len(entry) in (4, 5) and entry[0] in ("k_pages", "v_pages")):
+            continue
+        name, start, stop, rows = entry[:4]
+        dead = [p for p in range(start, stop) if p not in live]
+        if stop - start > 1 and rows == stop - start and dead:
+            fail(f"a run of consecutive pages of {name} was read, unreferenced pages among them (observed)",
+                 called=str(call), got=f"{name}[{start}:{stop}] read ({rows} pages in that access); pages "
+                                        f"{dead[:6]}{' …' if len(dead) > 6 else ''} in it are referenced by no sequence",
+                 expected=f"only the pages the block tables name: {sorted(live)}",
+                 hint=(f"all of {name} was used at once ({name}.reshape, a numpy function over the whole pool), "
+                       "which reads the unreferenced pages between the referenced ones"
+                       if start == 0 and stop == pool.k_pages.shape[0] else
+                       "the pages between a sequence's first and last page (or the batch's) are not its pages: "
+                       f"a slice {name}[lo:hi] reads all of them")
+                 + f". Gather the pages by number, {name}[block_table[b, :ceil(seq_len / page_size)]]")
 
 
 def _reference_from_arrays(q, k_pages, v_pages, block_table, seq_lens, scale=None):
