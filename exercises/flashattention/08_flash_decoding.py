@@ -28,7 +28,8 @@ K and V into the same num_splits chunks as split_kv_partials (calling it is the 
 
 Causal is aligned bottom-right as in exercise 03: query i sees keys j <= i + (sk - sq).
 A score is (q_i · k_j) * scale, scale = 1/sqrt(d) when None; a given scale is used as
-it is (0.0 and negative values included), and a hidden key stays hidden whatever it is.
+it is (0.0 and negative values included), and a hidden key stays hidden whatever its score
+and however large or small the visible scores are.
 q, K and V are left unchanged: K and V are the cache, read again at every later step.
 
 Example: sk = 10, num_splits = 4 gives chunks [0:3], [3:6], [6:9], [9:10];

@@ -126,10 +126,10 @@ def diagnose_partials(q, K, V, num_splits, kw, O, L) -> str:
     return ""
 
 
-def check_partials(sub, q, K, V, num_splits, *, atol=O_ATOL, **kw):
+def check_partials(sub, q, K, V, num_splits, *, atol=O_ATOL, hint=None, **kw):
     call, O, L = call_partials(sub, q, K, V, num_splits, **kw)
     O_ref, L_ref = partials(q, K, V, num_splits, kw.get("causal", False), kw.get("scale"))
-    hint = diagnose_partials(q, K, V, num_splits, kw, O, L)
+    hint = hint or diagnose_partials(q, K, V, num_splits, kw, O, L)
     close(O, O_ref, call, atol=atol, rtol=O_RTOL, what="O_parts (each chunk's own attention)", hint=hint)
     close(L, L_ref, call, atol=atol, rtol=L_RTOL, what="L_parts (each chunk's own logsumexp)", hint=hint)
     return O, L
@@ -195,6 +195,10 @@ def test_more_splits_than_keys(sub, rng):
         q, K, V = _inputs(rng, sq, sk, d)
         check_partials(sub, q, K, V, n)
         check_decode(sub, q, K, V, n)
+    # Causal with empty chunks: chunks [0:2], [2:4], [4:6] and two empty ones; row 0 sees none of the last.
+    q, K, V = _inputs(rng, 3, 6, 4)
+    check_partials(sub, q, K, V, 5, causal=True, scale=0.8)
+    check_decode(sub, q, K, V, 5, causal=True, scale=0.8)
 
 
 def test_one_query_row(sub, rng):
@@ -211,12 +215,35 @@ def test_several_query_rows(sub, rng):
         check_decode(sub, q, K, V, n)
 
 
+HIDDEN_HINT = ("a hidden key was not hidden: a finite stand-in (an added bias such as -1e9, or a score replaced by "
+               "-1e30) loses to a hidden score far above it, or wins over visible scores far below it; put -inf "
+               "on the hidden scores, np.where(visible, S, -np.inf), and guard the rows that see no key of the chunk")
+
+
 def test_causal_own_keys_at_end(sub, rng):
     """Causal: the queries' own keys are the last sq keys of the cache (bottom-right)"""
     for sq, sk, d, n in [(4, 20, 8, 3), (6, 12, 4, 4), (3, 9, 4, 9)]:
         q, K, V = _inputs(rng, sq, sk, d)
         check_partials(sub, q, K, V, n, causal=True)
         check_decode(sub, q, K, V, n, causal=True)
+    # A hidden key stays hidden at any score, however far from the visible scores (no finite stand-in).
+    sq, sk, d, n = 3, 12, 4, 3
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    q = 3.0 * u + 0.1 * rng.normal(size=(sq, d))
+    # The last key (hidden from every row but the last) scores about 1e12 above the rest: an added -1e9 mask lets
+    # it through. One such key only: two of them would differ by less than their rounding error.
+    K = 0.1 * rng.normal(size=(sk, d))
+    K[-1] += 1e12 * u
+    V = rng.normal(size=(sk, d))
+    check_partials(sub, q, K, V, n, causal=True, hint=HIDDEN_HINT)
+    check_decode(sub, q, K, V, n, causal=True)
+    # Every visible score lies near -1e31 (a large explicit scale on negative dot products): a hidden score
+    # replaced by -1e30 is then the largest of its chunk.
+    K = -u * (1.0 + rng.random(size=(sk, 1))) + 0.1 * rng.normal(size=(sk, d))
+    K[-(sq - 1):] = 0.1 * rng.normal(size=(sq - 1, d))
+    check_partials(sub, q, K, V, n, causal=True, scale=1e31, hint=HIDDEN_HINT)
+    check_decode(sub, q, K, V, n, causal=True, scale=1e31)
 
 
 def test_extreme_logits(sub, rng):
@@ -277,8 +304,10 @@ def test_explicit_scale(sub, rng):
 @pytest.mark.parametrize("name", ["split_kv_partials", "flash_decode"])
 def test_inputs_untouched(sub, rng, name):
     """q, K and V are left as they were: the cache is read again at every later decode step (observed)"""
-    q, K, V = _inputs(rng, 3, 23, 4)
-    for n, kw in [(4, {}), (5, {"causal": True, "scale": 0.7})]:
+    # Every combination of causal and an explicit scale, and one query row (the decode step itself).
+    for sq, n, kw in [(3, 4, {}), (3, 5, {"causal": True, "scale": 0.7}), (3, 4, {"causal": True}),
+                      (3, 6, {"scale": 1.4}), (1, 4, {}), (1, 5, {"causal": True, "scale": 0.7})]:
+        q, K, V = _inputs(rng, sq, 23, 4)
         call = Call(name, _describe(q, K, n, kw))
         after = observed_call(getattr(sub, name), call, q.copy(), K.copy(), V.copy(), n, _hints=WARNING_HINTS,
                               return_args=True, **kw).args
