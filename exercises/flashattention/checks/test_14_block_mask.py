@@ -173,9 +173,15 @@ def test_kinds_memory(sub):
     """block_kinds at sq = sk = 8192 never builds an sq×sk mask (peak memory measured)"""
     n, B = KINDS_MEMORY_SIZE, 128
     kv_doc = packed([1000, 3000, 192, 2000, 2000])
-    # Documents only (the forward's memory check is causal, the long-K one has a window).
-    call = Call("block_kinds", f"q_doc, kv_doc [{n}] (5 documents), window=None, causal=False, Br={B}, Bc={B}")
-    peak, result = peak_bytes(quiet_call, sub.block_kinds, call, kv_doc.copy(), kv_doc.copy(), None, False, B, B)
+    # Documents only, causal and a window: block_kinds is measured under every kind of mask (the
+    # forward may judge its tiles elsewhere, so its own memory checks say nothing about this one).
+    for window, causal in ((None, False), (None, True), (300, False)):
+        _check_kinds_memory(sub, kv_doc, window, causal, n, B)
+
+
+def _check_kinds_memory(sub, kv_doc, window, causal, n, B):
+    call = Call("block_kinds", f"q_doc, kv_doc [{n}] (5 documents), window={window}, causal={causal}, Br={B}, Bc={B}")
+    peak, result = peak_bytes(quiet_call, sub.block_kinds, call, kv_doc.copy(), kv_doc.copy(), window, causal, B, B)
     if peak > 12 * 2**20:
         fail(f"block_kinds held {peak / 2**20:.1f} MiB at its peak: that is an sq×sk mask, not tiles",
              called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
@@ -186,7 +192,12 @@ def test_kinds_memory(sub):
          f"{n * n / 2**20:.0f} MiB)")
     got = kinds_array(result, call, (n // B, n // B))
     # Every tile, one strip of B query rows at a time (a strip's mask is B×n here, never n×n).
-    want = np.concatenate([kinds_of(dense_mask(kv_doc[i:i + B], kv_doc), B, B) for i in range(0, n, B)])
+    want = np.zeros((n // B, n // B), dtype=np.int64)
+    for i in range(0, n, B):
+        # Strip i sees keys up to i + B - 1 at most when causal (the strip is the last rows of a query
+        # over kv_doc[:i + B], the bottom-right bound keeps absolute positions); later tiles stay 0.
+        keys = n if not causal and window is None else i + B
+        want[i // B, :keys // B] = kinds_of(dense_mask(kv_doc[i:i + B], kv_doc[:keys], window, causal), B, B)
     close(got, want, call, atol=0, what="kinds", hint="memory is fine but the kinds are wrong; the other checks "
                                                       "name the mistake")
 
@@ -283,13 +294,18 @@ def test_rows_without_keys(sub, rng):
     Q, K, V = _inputs(rng, 30, 12, 4)
     check_forward(sub, Q, K, V, q_doc, kv_doc, causal=True, Br=8, Bc=4)
     check_forward(sub, Q, K, V, q_doc, kv_doc, window=3, Br=4, Bc=8)
+    # block_kinds itself with sq > sk (i' = i + sk - sq is negative for the first rows): the forward
+    # may judge its tiles without calling it, so it is asked directly.
+    check_kinds(sub, q_doc, kv_doc, None, True, 8, 4)
+    check_kinds(sub, q_doc, kv_doc, 3, False, 4, 8)
+    check_kinds(sub, packed([6, 20]), packed([5, 9]), 9, True, 4, 4)
 
 
 def test_explicit_scale(sub, rng):
-    """An explicit scale replaces 1/√d, 0.0 included"""
+    """An explicit scale replaces 1/√d, 0.0 and negative ones included"""
     kv_doc = packed([17, 23])
     Q, K, V = _inputs(rng, 40, 40, 8)
-    for scale in (0.37, 2.0, 0.0):
+    for scale in (0.37, 2.0, 0.0, -0.6):
         check_forward(sub, Q, K, V, kv_doc, kv_doc, causal=True, Br=8, Bc=8, scale=scale)
 
 
@@ -314,19 +330,29 @@ def test_large_logits(sub, rng):
 @pytest.mark.peak_memory
 def test_forward_memory(sub, rng):
     """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix or dense mask"""
-    n, d, scale = MEMORY_SIZE, 16, 0.3  # an explicit scale: the tiled path must not depend on scale=None
+    n, d = MEMORY_SIZE, 16
     kv_doc = packed([700, 1500, 396, 1500])
     Q, K, V = _inputs(rng, n, n, d)
-    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal=True, Br=128, Bc=128, scale={scale}")
+    # Causal, then documents only (an encoder over packed documents): a shortcut may hide in either path.
+    # Explicit scales: the tiled path must not depend on scale=None.
+    for causal, scale in ((True, 0.3), (False, -0.4)):
+        _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale)
+
+
+def _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale):
+    n, d = Q.shape
+    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal={causal}, Br=128, Bc=128, "
+                                        f"scale={scale}")
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(),
-                              kv_doc.copy(), kv_doc.copy(), causal=True, Br=128, Bc=128, scale=scale)
+                              kv_doc.copy(), kv_doc.copy(), causal=causal, Br=128, Bc=128, scale=scale)
     check_peak(peak, call, "masked_flash_forward")
     note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; one {n}×{n} float64 score matrix is "
          f"{n * n * 8 / 2**20:.0f} MiB, a boolean mask {n * n / 2**20:.0f} MiB)")
     O, L = pair(result, call, "O, L", ((n, d), (n,)))
     # Every row, 512 at a time: code right on most rows and wrong on a few is still wrong.
     parts = [attention(Q[i:i + 512], K, V, dense_mask(kv_doc[i:i + 512], kv_doc, None, False)
-                       & (np.arange(n)[None, :] <= np.arange(i, i + 512)[:, None]), scale) for i in range(0, n, 512)]
+                       & ((np.arange(n)[None, :] <= np.arange(i, i + 512)[:, None]) | (not causal)), scale)
+             for i in range(0, n, 512)]
     hint = "memory is fine, but the result is wrong at this size; the other checks name the mistake"
     close(O, np.concatenate([o for o, _ in parts]), call, atol=O_ATOL, rtol=O_RTOL, what="O", hint=hint)
     close(L, np.concatenate([lse for _, lse in parts]), call, atol=L_ATOL, rtol=L_RTOL, what="L", hint=hint)
@@ -402,13 +428,25 @@ def test_inputs_untouched(sub, rng):
     kv_doc = packed([9, 14, 17])
     q_doc = kv_doc[-29:].copy()
     Q, K, V = _inputs(rng, 29, 40, 4)
+    # Every kind of mask, with the default scale and a given one: a write into the inputs may hide in
+    # any one code path (the default scale folded into Q, a window's own branch, ...).
+    for opts in (dict(window=None, causal=True, Br=8, Bc=8, scale=0.6), dict(window=None, causal=False, Br=8, Bc=4),
+                 dict(window=6, causal=False, Br=4, Bc=8, scale=-0.7)):
+        _check_untouched(sub, Q, K, V, q_doc, kv_doc, opts)
+        _check_untouched(sub, Q[-20:], K[-20:], V[-20:], q_doc[-20:], kv_doc[-20:], opts)  # sq = sk
+
+
+def _check_untouched(sub, Q, K, V, q_doc, kv_doc, opts):
     before = (Q.copy(), K.copy(), V.copy(), q_doc.copy(), kv_doc.copy())
+    window, causal, Br, Bc = opts["window"], opts["causal"], opts["Br"], opts["Bc"]
+    options = f"window={window}, causal={causal}, Br={Br}, Bc={Bc}"
+    fkw = {k: v for k, v in opts.items() if k != "scale" or v is not None}
     for name, fn, args, kw in (
-            ("block_kinds", sub.block_kinds, (q_doc, kv_doc, None, True, 8, 8), {}),
-            ("masked_flash_forward", sub.masked_flash_forward, (Q, K, V, q_doc, kv_doc),
-             dict(causal=True, Br=8, Bc=8, scale=0.6))):
-        call = Call(name, ("q_doc, kv_doc, window=None, causal=True, Br=8, Bc=8" if name == "block_kinds" else
-                           "Q [29x4], K, V [40x4], q_doc, kv_doc, causal=True, Br=8, Bc=8, scale=0.6"))
+            ("block_kinds", sub.block_kinds, (q_doc, kv_doc, window, causal, Br, Bc), {}),
+            ("masked_flash_forward", sub.masked_flash_forward, (Q, K, V, q_doc, kv_doc), fkw)):
+        call = Call(name, (f"q_doc, kv_doc, {options}" if name == "block_kinds" else
+                           f"Q [{Q.shape[0]}x{Q.shape[1]}], K, V [{K.shape[0]}x{K.shape[1]}], q_doc, kv_doc, " +
+                           ", ".join(f"{k}={v}" for k, v in fkw.items())))
         after = observed_call(fn, call, *(a.copy() if isinstance(a, np.ndarray) else a for a in args),
                               return_args=True, **kw).args
         names = ("q_doc", "kv_doc") if name == "block_kinds" else ("Q", "K", "V", "q_doc", "kv_doc")
@@ -425,7 +463,8 @@ def test_inputs_untouched(sub, rng):
 # Documents and windows whose tiles are mostly empty:
 # (q length or None for sq = sk, kv lengths, window, causal, Br, Bc, scale).
 # d = 5 differs from every tile size, so no [rows, d] array is taken for a tile.
-SPARSE = {"documents, causal": (None, [24, 40, 16, 32], None, True, 8, 8, None),
+SPARSE = {"documents only": (None, [24, 40, 16, 32], None, False, 8, 8, -0.5),
+          "documents, causal": (None, [24, 40, 16, 32], None, True, 8, 8, None),
           "sliding window": (None, [96], 12, False, 8, 8, 0.3),
           "documents and a window": (None, [48, 48], 10, False, 8, 16, None),
           "sq < sk, documents, causal": (80, [20, 36, 40], None, True, 8, 8, None)}
