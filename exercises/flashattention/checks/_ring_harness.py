@@ -249,7 +249,8 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
         changed = [t for t, x, digest in zip(in_names, shards, before) if _digest(x) != digest]
         result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__,
                   "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None,
-                  "largest_pointwise": work.largest_pointwise, "converted": work.converted}
+                  "largest_pointwise": work.largest_pointwise, "pointwise_total": work.pointwise_total,
+                  "converted": work.converted}
         if isinstance(out, (tuple, list)) and len(out) == len(out_names):
             result["types"] = [type(x).__name__ for x in out]
             result["shapes"] = [list(x.shape) if hasattr(x, "shape") else None for x in out]
@@ -316,9 +317,11 @@ def _shut_in(folder: str, file_limit: int) -> None:
 class _WorkOutsideMatmuls:
     """Work torch's FLOP counter cannot see, recorded during the call: the largest output of any
     pointwise torch operation (a broadcast product q[:, None] * k[None] is a matmul done by hand,
-    n·n·d elements), and how many tensor elements were handed out to NumPy or Python lists (work
-    done there is invisible to torch). Advice like the rest of the record: code that reaches
-    torch's C methods directly, or pops the dispatch mode, can hide from it."""
+    n·n·d elements), the total of the floating-point elements every pointwise operation output (a
+    matmul done by hand in smaller pieces, a column of d or a query row at a time, still outputs
+    n·n·d products in all), and how many tensor elements were handed out to NumPy, Python lists or
+    Python scalars (work done there is invisible to torch). Advice like the rest of the record: code
+    that reaches torch's C methods directly, or pops the dispatch mode, can hide from it."""
 
     def __init__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -332,9 +335,11 @@ class _WorkOutsideMatmuls:
                     for t in out if isinstance(out, (tuple, list)) else (out,):
                         if isinstance(t, torch.Tensor):
                             record.largest_pointwise = max(record.largest_pointwise, t.numel())
+                            if t.is_floating_point():
+                                record.pointwise_total += t.numel()
                 return out
 
-        self.largest_pointwise, self.converted = 0, 0
+        self.largest_pointwise, self.pointwise_total, self.converted = 0, 0, 0
         self._mode, self._saved = Pointwise(), {}
 
     def _counting(self, original):
@@ -345,7 +350,7 @@ class _WorkOutsideMatmuls:
         return convert
 
     def __enter__(self):
-        for name in ("numpy", "__array__", "tolist"):
+        for name in ("numpy", "__array__", "tolist", "item", "__float__", "__int__"):
             self._saved[name] = torch.Tensor.__dict__.get(name)  # None: inherited from torch's C base
             setattr(torch.Tensor, name, self._counting(getattr(torch.Tensor, name)))
         self._mode.__enter__()

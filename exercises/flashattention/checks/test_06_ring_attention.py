@@ -26,18 +26,32 @@ from ._ring_runs import (MEMORY_WORLDS, WORLDS, Case, _check_work_is_matmuls, ca
 
 # The shared cases, plus one without a mask on a group with gaps: the group's peers must be right
 # whether or not causal is set, and its matmul work is the yardstick for the causal "group_gaps".
-CASES = _SHARED_CASES[:-1] + (
+CASES = _SHARED_CASES[:5] + (
+    Case("long_plain", causal=False, n=64, d=16, spread=1.0),
+    Case("long_causal", causal=True, n=64, d=16, spread=1.0),
+) + _SHARED_CASES[5:-1] + (
     Case("group_plain", causal=False, n=4, d=8, spread=1.0, group=(0, 2, 3), worlds=(3, 4)),
     _SHARED_CASES[-1],
 )
 BY_NAME = {c.name: c for c in CASES}
 # (no mask, causal) pairs of the same shapes and group: the causal one must skip future shards.
-SKIP_PAIRS = (("plain", "causal"), ("large", "large_causal"), ("group_plain", "group_gaps"))
+SKIP_PAIRS = (("plain", "causal"), ("large", "large_causal"), ("group_plain", "group_gaps"), ("long_plain", "long_causal"))
+# Pairs whose pointwise work is compared too: shards of n >= 4d, where a future shard done by hand
+# (at least 2·n·n·d pointwise products however it is chunked) dwarfs what honest code adds, a merge
+# per step (n·d) and masks on visible shards (n·n). A causal rank may output at most POINTWISE_SLACK
+# of that least cost per future shard beyond its share of the unmasked total. Measured at [64, 16],
+# W = 2 to 4, as a fraction of the least by-hand cost: honest (the solution, every pinned variant,
+# merges of a (0, -inf) partial on skipped steps, additive float masks on every visible shard) at
+# most 0.20; future shards by hand one column of d, half of d or one query row at a time 1.19 to 1.72.
+# The shared shapes (n <= 5, d >= 4) leave no such margin: honest code reaches 1.05 there.
+POINTWISE_PAIRS = (("long_plain", "long_causal"),)
+POINTWISE_SLACK = 0.5
 
 P2P_SENDS = ("send", "isend", "send_object_list")
 P2P_RECVS = ("recv", "irecv", "recv_object_list")
 P2P = P2P_SENDS + P2P_RECVS + ("batch_isend_irecv",)
-TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9}
+TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9,
+       "long_plain": 1e-9, "long_causal": 1e-9}
 
 
 def make_inputs(world: int) -> dict[str, np.ndarray]:
@@ -399,6 +413,14 @@ def test_skips_future_shards(runs):
         for plain, causal in SKIP_PAIRS[1:]:
             if world in BY_NAME[plain].worlds:
                 _check_skip_pair(runs, world, BY_NAME[plain], BY_NAME[causal])
+    # Work outside matmuls too, where it can be told apart: a future shard done by hand in small pointwise
+    # pieces (no matmul for the FLOP count, no product as large as n·n·d) still outputs 2·n·n·d elements.
+    for world in WORLDS:
+        for plain, causal in POINTWISE_PAIRS:
+            if world in BY_NAME[plain].worlds:
+                for name in (plain, causal):
+                    _compare_case(runs, world, name)
+                _check_pointwise_skip(runs, world, BY_NAME[plain], BY_NAME[causal])
 
 
 def _check_skip_pair(runs, world: int, plain_case, causal_case) -> None:
@@ -427,6 +449,31 @@ def _check_skip_pair(runs, world: int, plain_case, causal_case) -> None:
                  hint="skip every K/V shard from a later rank (src > rank) whatever the shapes, the group or the "
                       "values: a fully masked block contributes nothing, and the skip is what saves about half the "
                       "work of causal ring attention")
+
+
+def _check_pointwise_skip(runs, world: int, plain_case, causal_case) -> None:
+    """Group rank `at` of m outputs at most its (at + 1)/m share of the unmasked pointwise total, plus
+    POINTWISE_SLACK of the least by-hand cost (2·n·n·d) of each of its m - 1 - at future shards."""
+    members = group_ranks(causal_case, world)
+    m, least = len(members), 2 * causal_case.n * causal_case.n * causal_case.d
+    for at, rank in enumerate(members[:-1]):
+        plain, causal = (runs.done(world, rank, c.name).get("pointwise_total") for c in (plain_case, causal_case))
+        if not isinstance(plain, int) or not isinstance(causal, int):
+            fail(f"rank {rank}'s pointwise work could not be recorded (W = {world})", called=causal_case.call(world, rank),
+                 got=f"{plain!r} elements without a mask, {causal!r} with causal=True",
+                 expected="the record the harness keeps during the call")
+        future = m - 1 - at
+        allowed = plain * (at + 1) / m + POINTWISE_SLACK * future * least
+        if causal > allowed:
+            fail(f"rank {rank} output {causal} elements from pointwise torch ops with causal=True, {plain} without a "
+                 f"mask (W = {world}, shards [{causal_case.n}, {causal_case.d}])", called=causal_case.call(world, rank),
+                 got=f"{causal - plain * (at + 1) / m:.0f} elements beyond its {at + 1}/{m} share of the unmasked work",
+                 expected=f"at most {POINTWISE_SLACK * future * least:.0f}: a merge per step and a mask are cheap, "
+                          f"while a future shard computed by hand ({future} here) outputs "
+                          f"at least 2·n·n·d = {least} products",
+                 hint="a K/V shard from a later rank (src > rank) is fully masked for this rank's queries: skip its "
+                      "scores and weighted sum altogether, whether written with @ or as elementwise products summed "
+                      "piece by piece; the skip is what saves about half the work of causal ring attention")
 
 
 @pytest.mark.observed
