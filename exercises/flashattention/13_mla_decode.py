@@ -26,7 +26,9 @@ Inputs (float64):
                                                     may hold anything, NaN included)
     W_uk    [H, d_c, d_nope]   W_uv   [H, d_c, d_v]
     seq_len int, 1 <= seq_len <= S: the number of cached tokens to attend over
-Returns o [H, d_v].
+Returns o [H, d_v]. Every input is left as it was: the query is the caller's, the weights
+are the model's and the cache is read again at every later step (scale a product, never an
+input in place).
 
 What makes it fast is never building k_h or v_h at all:
 

@@ -291,6 +291,29 @@ MEMORY_SHAPE = dict(H=128, d_c=16, d_nope=8, d_rope=4, d_v=8, S=32768)
 MEMORY_LIMIT_BYTES = 20 * 2**20
 WIDE_HEADS_SHAPE = dict(H=16, d_c=4, d_nope=64, d_rope=4, d_v=64, S=2**18)
 WIDE_HEADS_SLACK_BYTES = 12 * 2**20
+# Two more calls with the head count, every width, the block and the scale drawn: a short cache
+# (1024 to 2048 rows, per-head keys [H, S, d_nope] of 16 MiB or more: d_nope grows as S shrinks)
+# and a long one (2^15 to 2^16 rows). Code that is naive only below the fixed sizes above (per-head
+# keys, one head's keys [S, d_nope], or the live cache copied whole into a local buffer and then
+# softmaxed any way at all) holds 9 MiB or more beyond its inputs in one of them; a block's work,
+# per-block keys and values [H, b, d] included, stays below the slack. Below a few MiB, memory cannot
+# tell a naive call from a streamed one.
+DRAWN_SLACK_BYTES = 6 * 2**20
+DRAWN_CACHE_ROWS = {"short": (2**10, 2**11), "long": (2**15, 2**16)}
+
+
+def draw_drawn_shape(rng, rows: tuple[int, int]) -> tuple[Mla, dict]:
+    """A call unlike the fixed ones: H 16..32, d_c 32..48, d_v 24..48, S in `rows`, d_nope 24..48 or
+    more (per-head keys of 16 MiB at least), block 16..48, a signed scale half the time."""
+    H, d_c, d_rope, d_v = int(rng.integers(16, 33)), int(rng.integers(32, 49)), int(rng.integers(4, 9)), \
+        int(rng.integers(24, 49))
+    S = int(rng.integers(rows[0], rows[1] + 1))
+    d_nope = max(int(rng.integers(24, 49)), math.ceil(16 * 2**20 / (8 * H * S)))
+    x = draw(rng, H, d_c, d_nope, d_rope, d_v, S, S - int(rng.integers(0, 64)))
+    kw = {"block": int(rng.integers(16, 49))}
+    if rng.random() < 0.5:
+        kw["scale"] = float(rng.choice([-1.0, 1.0]) * rng.uniform(0.1, 0.4))
+    return x, kw
 
 
 @pytest.mark.peak_memory
@@ -343,6 +366,28 @@ def test_memory(sub, rng):
     close(o, streamed(x, 4096), call, atol=ATOL, rtol=RTOL, what="o (wide heads)",
           hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
     reads()
+    # Drawn shapes, a short and a long cache, so that no fixed size tells the measured calls apart.
+    for length, rows in DRAWN_CACHE_ROWS.items():
+        x, kw = draw_drawn_shape(rng, rows)
+        call = describe_call(x, kw)
+        held = sum(a.nbytes for a in x.args() if isinstance(a, np.ndarray))
+        peak, (result, reads) = peak_bytes(watched_call, sub, x, call, **kw)
+        peak -= watched_bytes(x)
+        H, d_c, d_nope, d_rope, d_v, S = x.shape
+        if peak > held + DRAWN_SLACK_BYTES:
+            fail(f"mla_decode held {(peak - held) / 2**20:.1f} MiB beyond its inputs on a {length} cache of {S} rows: "
+                 "it was not streamed", called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+                 expected=(f"under {(held + DRAWN_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) "
+                           f"and {DRAWN_SLACK_BYTES / 2**20:.0f} MiB for a block's work; per-head keys [H, S, d_nope] "
+                           f"are {H * S * d_nope * 8 / 2**20:.0f} MiB, one head's {S * d_nope * 8 / 2**20:.1f} MiB, "
+                           f"a copy of the live cache {x.seq_len * (d_c + d_rope) * 8 / 2**20:.1f} MiB"),
+                 hint=("whatever the size of the cache, hold one block of it at a time: absorb W_uk into the query, "
+                       "score each block of `block` rows for all heads ([H, b]) with a running max and sum, and "
+                       "up-project at the end; no per-head keys or values over the cache, no local copy of it"))
+        o = array(result, call, shape=(H, d_v), what="o")
+        close(o, streamed(x, 4096, kw.get("scale")), call, atol=ATOL, rtol=RTOL, what=f"o ({length} drawn cache)",
+              hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+        reads()
 
 
 @pytest.mark.observed
@@ -364,6 +409,27 @@ def test_reads_cache_once(sub, rng):
         close(o, naive(x, scale), call, atol=ATOL, rtol=RTOL, what="o", hint="the other checks name the mistake",
               nan_hint=WATCHED_VALUES_HINT)
         reads()
+
+
+@pytest.mark.observed
+def test_inputs_untouched(sub, rng):
+    """q_nope, q_rope, W_uk and W_uv are not modified, under the default scale and a given one"""
+    # Watched like every other call. The cache arrays are recording ones here, so only the plain
+    # inputs are compared: q_nope, q_rope, W_uk and W_uv.
+    for kw in ({"block": 16}, {"block": 16, "scale": -0.6}, {"block": 7, "scale": 1.3}):
+        x = draw(rng, 5, 12, 8, 4, 6, 50, 41)
+        call = describe_call(x, kw)
+        outcome = observed_call(sub.mla_decode, call, *x.args(), record=RECORD, _hints=WARNING_HINTS,
+                                return_args=True, **kw)
+        after = outcome.args or []
+        for i, label, then in ((0, "q_nope", x.q_nope), (1, "q_rope", x.q_rope), (4, "W_uk", x.W_uk),
+                               (5, "W_uv", x.W_uv)):
+            now = after[i] if len(after) > i else None
+            if not (isinstance(now, np.ndarray) and now.shape == then.shape and matches(now, then, atol=0.0)):
+                fail(f"mla_decode changed its input {label} in place", called=str(call),
+                     hint=(f"{label} is the caller's ({'the model weights' if label.startswith('W') else 'the query'}"
+                           "): scale the scores, (q_lat @ c.T + q_rope @ r.T) * scale, or a copy "
+                           "(q_nope * scale), never q_nope *= scale or an out= into an input"))
 
 
 # What the function should return, for `drill check --repro` (values only reach the learner).
