@@ -230,7 +230,9 @@ def test_explicit_scale(sub, rng):
         check_forward(sub, Q, K, V, Br=8, Bc=8, scale=scale)
     # The causal path takes the scale as well (a mask written as its own branch may drop it),
     # with Br != Bc and sq on either side of sk.
-    for sq, sk, Br, Bc, scale in [(21, 34, 4, 8, 0.45), (34, 21, 8, 4, 1.7), (19, 19, 8, 8, -0.8)]:
+    # Scale 0 gives each row uniform weights over the keys it sees, not over all of them.
+    for sq, sk, Br, Bc, scale in [(21, 34, 4, 8, 0.45), (34, 21, 8, 4, 1.7), (19, 19, 8, 8, -0.8),
+                                  (22, 31, 8, 8, 0.0), (31, 22, 16, 8, 0.0)]:
         Q, K, V = _inputs(rng, sq, sk, 8)
         check_forward(sub, Q, K, V, Br=Br, Bc=Bc, causal=True, scale=scale)
 
@@ -275,6 +277,16 @@ def test_large_logits(sub, rng):
     # Rows that large are almost one-hot, which hides a wrong factor or an extra key.
     Q, K = near_ties(rng, 29, 37, 8)
     check_forward(sub, Q, K, rng.normal(size=(37, 8)), o_atol=1e-7, l_atol=1e-7, Br=8, Bc=16, causal=True)
+    # A negative scale turns the largest raw product Q·K into the smallest score: a max taken before
+    # scaling becomes the row's minimum, harmless on small scores and an overflow on these.
+    for sq, sk, d, Br, Bc, causal in [(24, 40, 8, 8, 16, False), (33, 21, 4, 16, 8, True)]:
+        Q, K, V = _inputs(rng, sq, sk, d)
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True) * rng.uniform(1e3, 1e4, size=(sq, 1)) / 3.0
+        check_forward(sub, Q, K, V, o_atol=1e-7, l_atol=1e-7, Br=Br, Bc=Bc, causal=causal,
+                      scale=-1.0 / math.sqrt(d))
+    Q, K = near_ties(rng, 29, 37, 8)
+    check_forward(sub, -Q, K, rng.normal(size=(37, 8)), o_atol=1e-7, l_atol=1e-7, Br=16, Bc=8,
+                  scale=-0.4)
 
 
 def test_permutation_invariance(sub, rng):
@@ -314,20 +326,28 @@ def test_shift_invariance(sub, rng):
           what="L after adding u to every key (expected L + scale·(Q u))", hint=hint)
 
 
+# The two memory runs differ in every option, so a shortcut kept behind one of them (a given
+# scale, causal, sq > sk, Br != Bc) meets the budget in one run or the other.
+MEMORY_CASES = {"non-causal": dict(sk=MEMORY_SIZE, Br=128, Bc=128, causal=False),
+                "causal, sq > sk, given scale": dict(sk=3600, Br=128, Bc=64, causal=True, scale=-0.6)}
+
+
 @pytest.mark.peak_memory
-@pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
-def test_memory(sub, rng, causal):
-    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix"""
+@pytest.mark.parametrize("case", list(MEMORY_CASES), ids=["non-causal", "causal"])
+def test_memory(sub, rng, case):
+    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix; the causal run has sk = 3600, Bc = 64 and scale = -0.6"""
     n, d = MEMORY_SIZE, 16
-    Q, K, V = _inputs(rng, n, n, d)
-    call = Call("flash_attention_forward", f"Q, K, V [{n}x{d}], Br=128, Bc=128, causal={causal}")
+    opts = dict(MEMORY_CASES[case])
+    sk = opts.pop("sk")
+    causal, scale = opts["causal"], opts.get("scale")
+    Q, K, V = _inputs(rng, n, sk, d)
+    call = Call("flash_attention_forward", _describe(Q, K, opts))
     args = (Q.copy(), K.copy(), V.copy())
-    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, *args,
-                              Br=128, Bc=128, causal=causal)
+    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, *args, **opts)
     check_peak(peak, call, "flash_attention_forward")
     O, L = pair(result, call, "O, L", ((n, d), (n,)))
     # Every row: code right on most rows and wrong on a few is still wrong.
-    O_ref, L_ref = chunked_attention(Q, K, V, causal)
+    O_ref, L_ref = chunked_attention(Q, K, V, causal, scale)
     close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O",
           hint="memory is fine, but O is wrong at this size; the other checks name the mistake")
     close(L, L_ref, call, atol=L_ATOL, rtol=L_RTOL, what="L",
@@ -350,34 +370,43 @@ def test_memory_long_keys(sub, rng):
 
 @pytest.mark.observed
 def test_inputs_untouched(sub, rng):
-    """Q, K and V are not modified"""
-    Q, K, V = _inputs(rng, 19, 23, 4)
-    before = (Q.copy(), K.copy(), V.copy())
-    after = observed_call(sub.flash_attention_forward, "flash_attention_forward(Q, K, V, Br=8, Bc=8, causal=True)",
-                          Q, K, V, Br=8, Bc=8, causal=True, return_args=True).args
-    for name, now, then in zip("QKV", after, before):
-        if not matches(now, then, atol=0.0):
-            fail(f"flash_attention_forward changed its input {name} in place",
-                 called="flash_attention_forward(Q, K, V, Br=8, Bc=8, causal=True)",
-                 hint="scale a copy (Q * scale), not Q itself (Q *= scale)")
+    """Q, K and V are not modified, with or without the mask and a given scale"""
+    for sq, sk, causal, scale in [(19, 23, True, None), (19, 23, False, None), (23, 19, True, -0.6),
+                                  (19, 23, False, 0.37)]:
+        Q, K, V = _inputs(rng, sq, sk, 4)
+        kw = dict(Br=8, Bc=8, causal=causal, scale=scale)
+        called = f"flash_attention_forward({_describe(Q, K, kw)})"
+        before = (Q.copy(), K.copy(), V.copy())
+        after = observed_call(sub.flash_attention_forward, called, Q, K, V, return_args=True, **kw).args
+        for name, now, then in zip("QKV", after, before):
+            if not matches(now, then, atol=0.0):
+                fail(f"flash_attention_forward changed its input {name} in place", called=called,
+                     hint="scale a copy (Q * scale, or Q[i:i + Br] * scale), not Q itself (Q *= scale, "
+                          "or *= on a block sliced from Q, which is a view)")
 
 
-STREAM_CASES = {"s = 64": (64, 64, 8, 16, 16, False), "causal": (64, 64, 8, 16, 16, True),
-                "ragged, sq != sk": (37, 53, 4, 8, 16, False)}
+# (sq, sk, d, Br, Bc, causal, scale): the options and head widths vary, so no shortcut hides behind one of them.
+STREAM_CASES = {"s = 64": (64, 64, 8, 16, 16, False, None), "causal": (64, 64, 8, 16, 16, True, None),
+                "ragged, sq != sk": (37, 53, 4, 8, 16, False, None),
+                "sq > sk, given scale, d = 40": (45, 40, 40, 16, 8, False, 0.37),
+                "causal, sq < sk, given scale, d = 64": (29, 50, 64, 8, 16, True, -0.6),
+                "causal, sq > sk": (45, 40, 4, 8, 8, True, None)}
 
 
 @pytest.mark.observed
 @pytest.mark.parametrize("case", list(STREAM_CASES))
 def test_streams_kv_blocks(sub, rng, case):
     """K and V stream through in blocks of Bc rows, each pair of blocks met once (FA2 or FA1 order)"""
-    sq, sk, d, Br, Bc, causal = STREAM_CASES[case]
+    sq, sk, d, Br, Bc, causal, scale = STREAM_CASES[case]
     Q, K, V = _inputs(rng, sq, sk, d)
     kw = dict(Br=Br, Bc=Bc, causal=causal)
+    if scale is not None:
+        kw["scale"] = scale
     call = Call("flash_attention_forward", _describe(Q, K, kw))
     outcome = observed_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(),
                             record={0: "Q", 1: "K", 2: "V"}, **kw)
     O, L = pair(outcome.result, call, "O, L", ((sq, d), (sq,)))
-    O_ref, _ = attention(Q, K, V, causal, None)
+    O_ref, _ = attention(Q, K, V, causal, scale)
     close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O", hint="the other checks name the mistake",
           nan_hint=WATCHED_VALUES_HINT)
     reads, truncated = iocount.summarize(outcome.reads, {"Q": sq, "K": sk, "V": sk}, {"Q": Br, "K": Bc, "V": Bc})
