@@ -189,6 +189,13 @@ def test_explicit_scale(sub, rng):
     # without keys included) and a negative value.
     for sq, sk, Br, Bc, scale in [(21, 34, 4, 8, 0.45), (34, 21, 8, 4, 1.7), (19, 19, 8, 8, -0.8)]:
         check_backward(sub, Problem(rng, sq, sk, 8, Br=Br, Bc=Bc, causal=True, scale=scale))
+    # Every kind of value (positive, zero, negative) against every pairing of causal and the
+    # sq/sk relation: a shortcut keyed to one combination (scale 0 only when causal, say, or a
+    # negative scale only when sq < sk) meets its own case here.
+    for scale in (0.6, 0.0, -0.45):
+        for causal in (False, True):
+            for sq, sk in ((13, 22), (17, 17), (22, 13)):
+                check_backward(sub, Problem(rng, sq, sk, 4, Br=8, Bc=4, causal=causal, scale=scale))
 
 
 CAUSAL = {
@@ -222,28 +229,34 @@ def test_large_logits(sub, rng):
 
 
 def test_uses_given_o_and_l(sub, rng):
-    """The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed"""
-    p = Problem(rng, 19, 26, 8, Br=8, Bc=8)
-    O_true, L_true = p.O, p.L
-    # Shift L by 1 (P shrinks by e) and nudge O: the contract's formulas give a known, different answer.
-    p.L = p.L + 1.0
-    p.O = p.O + 0.25 * rng.normal(size=p.O.shape)
-    call, grads = call_backward(sub, p)
-    ignored = [
-        (attention_backward(p.Q, p.K, p.V, p.O, L_true, p.dO),
-         "your gradients ignore the L you were given (the softmax statistics were recomputed): "
-         "rebuild each P block as exp(S - L) from the saved L"),
-        (attention_backward(p.Q, p.K, p.V, O_true, p.L, p.dO),
-         "your D ignores the O you were given (O was recomputed): take D = rowsum(dO ∘ O) with the given O"),
-        (attention_backward(p.Q, p.K, p.V, O_true, L_true, p.dO),
-         "your gradients ignore the O and L you were given: use P = exp(S - L) and D = rowsum(dO ∘ O) with them"),
-    ]
-    for which, (got, ref) in enumerate(zip(grads, p.reference())):
-        if _within(got, ref, ATOL):
-            continue
-        hint = next((h for grads_, h in ignored if matches(got, grads_[which], atol=1e-8)), "")
-        close(got, ref, f"{call} with L + 1 and O perturbed", atol=ATOL, rtol=RTOL,
-              what=NAMES[which], hint=hint or diagnose(p, which, got))
+    """The given L and O are used: P = exp(S - L) and D = rowsum(dO ∘ O), nothing recomputed (causal too)"""
+    # Non-causal with the default scale, then causal (sq < sk) and causal with a given scale and
+    # rows that see no key (sq > sk): a recomputation done on one path only meets its case.
+    for sq, sk, kw in ((19, 26, {}), (19, 26, dict(causal=True)), (26, 19, dict(causal=True, scale=0.6))):
+        p = Problem(rng, sq, sk, 8, Br=8, Bc=8, **kw)
+        causal, scale = kw.get("causal", False), kw.get("scale")
+        O_true, L_true = p.O, p.L
+        # Shift L by 1 (P shrinks by e) and nudge O: the contract's formulas give a known, different answer.
+        p.L = p.L + 1.0
+        p.O = p.O + 0.25 * rng.normal(size=p.O.shape)
+        call, grads = call_backward(sub, p)
+        with np.errstate(all="ignore"):
+            ignored = [
+                (attention_backward(p.Q, p.K, p.V, p.O, L_true, p.dO, causal, scale),
+                 "your gradients ignore the L you were given (the softmax statistics were recomputed): "
+                 "rebuild each P block as exp(S - L) from the saved L"),
+                (attention_backward(p.Q, p.K, p.V, O_true, p.L, p.dO, causal, scale),
+                 "your D ignores the O you were given (O was recomputed): take D = rowsum(dO ∘ O) with the given O"),
+                (attention_backward(p.Q, p.K, p.V, O_true, L_true, p.dO, causal, scale),
+                 "your gradients ignore the O and L you were given: use P = exp(S - L) and D = rowsum(dO ∘ O) "
+                 "with them"),
+            ]
+        for which, (got, ref) in enumerate(zip(grads, p.reference())):
+            if _within(got, ref, ATOL):
+                continue
+            hint = next((h for grads_, h in ignored if matches(got, grads_[which], atol=1e-8)), "")
+            close(got, ref, f"{call} with L + 1 and O perturbed", atol=ATOL, rtol=RTOL,
+                  what=NAMES[which], hint=hint or diagnose(p, which, got))
 
 
 def _loss(Q, K, V, dO, causal, scale):
@@ -370,14 +383,25 @@ def test_inputs_untouched(sub, rng):
                           "caller's L; Q *= scale writes into the caller's Q)")
 
 
+# (sq, sk, d, Br, Bc, causal, scale): every pairing of causal with a given or default scale, since a
+# shortcut behind one pairing is otherwise never watched; and a K as long as the 4096-square memory
+# check's with d > 1, where a strip of a few query rows against all of K fits that check's budget
+# and the long-K check (d = 1) never looks.
+READ_CASES = {
+    "non-causal": (48, 40, 8, 16, 8, False, 0.37),
+    "causal": (48, 40, 8, 16, 8, True, None),
+    "non-causal, default scale": (48, 40, 8, 16, 8, False, None),
+    "causal, given scale": (40, 48, 8, 8, 16, True, -0.45),
+    "long K": (40, 4096, 4, 16, 128, False, None),
+    "long K, causal": (40, 4096, 4, 16, 128, True, 0.7),
+}
+
+
 @pytest.mark.observed
-@pytest.mark.parametrize("causal", [False, True], ids=["non-causal", "causal"])
-def test_recomputes_in_blocks(sub, rng, causal):
+@pytest.mark.parametrize("case", list(READ_CASES), ids=list(READ_CASES))
+def test_recomputes_in_blocks(sub, rng, case):
     """Score blocks are recomputed from Q and K in blocks, D from dO and O once (one pass or two)"""
-    sq, sk, d, Br, Bc = 48, 40, 8, 16, 8
-    # A given scale on the non-causal call, the default on the causal one: the memory checks
-    # watch the other two pairings, so a shortcut behind either option is seen somewhere.
-    scale = None if causal else 0.37
+    sq, sk, d, Br, Bc, causal, scale = READ_CASES[case]
     p = Problem(rng, sq, sk, d, Br=Br, Bc=Bc, causal=causal, **({} if scale is None else dict(scale=scale)))
     call = p.call()
     outcome = observed_call(sub.flash_attention_backward, call, *[a.copy() for a in p.args], _hints=WARNING_HINTS,
