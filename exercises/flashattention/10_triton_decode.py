@@ -2,7 +2,7 @@
 """Split-KV decode attention (FlashDecoding) in Triton, with GQA.
 
     q                 [B, Hq, D]          one new token per sequence
-    k_cache, v_cache  [B, Hkv, S_max, D]  the KV cache; rows past seq_lens[b] may hold NaN
+    k_cache, v_cache  [B, Hkv, S_max, D]  the KV cache; rows past seq_lens[b] may hold anything (NaN too)
     seq_lens          int32 [B]           1 <= seq_lens[b] <= S_max
     o                 [B, Hq, D]          o[b, h] = softmax(q[b, h] · K_bᵀ / √D) · V_b over the first
                                           seq_lens[b] keys of KV head h // (Hq // Hkv)
@@ -19,7 +19,8 @@ NumPy version is exercise 08). Two kernels, both launched for you by flash_decod
   _decode_merge_kernel, grid (B * Hq,): merges the num_splits partials of one (b, h) by
       their logsumexp (exercise 04): o = Σ_s e^(L_s - L) · O_s with L = log Σ_s e^(L_s).
 
-Rows past seq_len must never be loaded (mask them; the checks fill them with NaN).
+Rows past seq_len must never be loaded (mask them; the checks fill them with NaN, or with
+large finite values): seq_lens alone says which rows are live.
 With one query row, the scores are a [BLOCK_N] vector: tl.sum(k * q[None, :], 1) does it
 without tl.dot.
 

@@ -13,6 +13,8 @@ imports the drawing functions from this file too, so both sides draw alike.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 _CACHE: dict = {}
@@ -61,11 +63,13 @@ def watched(fn, args, kwargs, spec: dict, user_file: str):
     import _triton_probe as base  # copied beside subject.py with this file (test_10's HELPERS)
 
     after: list = []
+    shift = spec.get("shift") or {}
+    shifted: list = []  # the index in `after` of the launch whose partials were shifted
 
     class Copying(base.Launches):
         def _wrap(self, original):
             recorded = super()._wrap(original)
-            user = self.user_file
+            user, seen = self.user_file, self.seen
 
             def run(this, *a, **kw):
                 out = recorded(this, *a, **kw)
@@ -75,8 +79,19 @@ def watched(fn, args, kwargs, spec: dict, user_file: str):
                     copies = []
                     for position, arg in enumerate(a):
                         if type(arg) is torch.Tensor and arg.is_floating_point() and arg.numel() <= _ARG_LIMIT:
-                            copies.append([position, base._as_array(arg.float())])
+                            copies.append([position, base._as_array(arg.float()).copy()])  # not a view: shifted below
                     after.append(copies)
+                    grid = seen[-1].get("grid") if seen else None
+                    if shift and not shifted and grid and len(grid) >= 2 and math.prod(grid) % int(shift["bh"]) == 0:
+                        # The split launch: every float argument sized like PART_O [B·Hq, num_splits, D]
+                        # gets `by` added once copied. A merge of normalised partials by their logsumexps
+                        # then returns o + by; one that does not read them does not.
+                        size = math.prod(grid) * int(shift["D"])
+                        with torch.no_grad():
+                            for arg in a:
+                                if type(arg) is torch.Tensor and arg.is_floating_point() and arg.numel() == size:
+                                    arg.add_(float(shift["by"]))
+                        shifted.append(len(after) - 1)
                 return out
 
             return run
@@ -87,4 +102,5 @@ def watched(fn, args, kwargs, spec: dict, user_file: str):
     finally:
         base.Launches = kept
     value["after_launches"] = after
+    value["shifted_at"] = shifted[0] if shifted else None
     return value

@@ -9,14 +9,17 @@ clock around each call, a fresh q every call, every output checked) against dril
 decode kernel.
 
 The user's function is only ever called with tensors and ints, and its result is used as a
-value; cache rows past seq_len hold NaN, so reading them shows in the output.
+value; cache rows past seq_len hold NaN (in one call large finite values, so that telling the live
+rows by their NaN instead of by seq_lens shows too), so reading them shows in the output.
 
 Every call whose output is judged runs through the launch probe (_decode_probe.watched, built on
 07's _triton_probe): kernels from the user's file must be launched, the split kernel over
 (num_splits, B·Hq) and a merge over B·Hq programs, with no torch computing beside them, and the
 split kernel's PART_O and PART_L, copied just after it ran, must hold each split's own partial
 (keys [split·chunk, min((split+1)·chunk, seq_len)), chunk = ceil(seq_len / num_splits)), as the
-statement lays them out. So no call can tell the watched ones from the others, and a kernel that
+statement lays them out. Once copied, the probe adds PARTIAL_SHIFT to them (every PART_O-sized
+argument of that launch), and the o that comes back must have moved by as much: the merge has to
+be a merge of those partials. So no call can tell the watched ones from the others, and a kernel that
 is right only at the one shape the launch check used to try, or that leaves the splitting to one
 program, is seen.
 """
@@ -163,6 +166,9 @@ def describe(q, k, seq_lens, num_splits) -> str:
 
 LAUNCH_PROBE = Path(__file__).with_name("_triton_probe.py")  # 07's launch recorder, run in the subject
 PROBE = Path(__file__).with_name("_decode_probe.py")  # its `watched` entry adds the split kernel's partials
+# Added by the probe to every PART_O-sized argument of the split launch just after it ran (exact in
+# fp16 and bf16): the merge must read the partials, so the o it returns moves by as much.
+PARTIAL_SHIFT = 0.25
 
 
 def user_decode(sub, q, k, v, seq_lens, **kw):
@@ -173,7 +179,8 @@ def user_decode(sub, q, k, v, seq_lens, **kw):
     sub.use_helper(LAUNCH_PROBE)
     sub.use_helper(PROBE)
     spec = {"device": str(q.device), "dtype": str(q.dtype).removeprefix("torch."),
-            "tensors": [{"stride": list(t.stride()), "guard": "nan"} for t in (q, k, v)] + [{"keep_dtype": True}]}
+            "tensors": [{"stride": list(t.stride()), "guard": "nan"} for t in (q, k, v)] + [{"keep_dtype": True}],
+            "shift": {"bh": q.shape[0] * q.shape[1], "D": q.shape[2], "by": PARTIAL_SHIFT}}
     outcome = sub.flash_decode.observe(*(t.detach().float().cpu().numpy() for t in (q, k, v)),
                                        seq_lens.detach().cpu().numpy(),
                                        helper={"module": PROBE.stem, "entry": "watched", "spec": spec}, **kw)
@@ -181,6 +188,13 @@ def user_decode(sub, q, k, v, seq_lens, **kw):
     observed = observed if isinstance(observed, dict) else {}
     after = outcome.extra.get("after_launches")
     result = outcome.result if isinstance(outcome.result, np.ndarray) and outcome.result.dtype.kind == "f" else None
+    shifted_at = outcome.extra.get("shifted_at")
+    observed["shifted_at"] = shifted_at if type(shifted_at) is int else None
+    if result is not None and observed["shifted_at"] is not None:
+        # The probe added PARTIAL_SHIFT to PART_O after the split kernel ran: a merge of the partials
+        # returns o + PARTIAL_SHIFT (the weights sum to 1). check_kernels asks that this launch be the
+        # split kernel's, so a merge that ignores the partials is off by PARTIAL_SHIFT here.
+        result = result.astype(np.float64) - PARTIAL_SHIFT
     return result, observed, after
 
 
@@ -207,6 +221,11 @@ def call(sub, q, k, v, seq_lens, num_splits=None):
 
 def diagnose(sub, q, k, v, seq_lens, num_splits, got, atol) -> str:
     Hq, Hkv = q.shape[1], k.shape[1]
+    if not np.isnan(got).any() and matches(got + PARTIAL_SHIFT, reference(q, k, v, seq_lens), atol=atol):
+        return (f"o did not come from the split kernel's partials: the checks add {PARTIAL_SHIFT:g} to PART_O once "
+                f"the split kernel has run, and a merge of them returns o + {PARTIAL_SHIFT:g}; yours returned the "
+                "attention itself, so something other than _decode_merge_kernel's merge of PART_O and PART_L "
+                "computed it")
     if not all(t.is_contiguous() for t in (q, k, v)):
         try:  # the same values laid out contiguously: if they come out right, a stride was ignored
             again = call(sub, q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, num_splits)
@@ -227,6 +246,18 @@ def diagnose(sub, q, k, v, seq_lens, num_splits, got, atol) -> str:
         if matches(got, reference(q, k, v, seq_lens, chunking="floor", num_splits=splits), atol=atol):
             return ("each split holds seq_len // num_splits keys and the remainder is never read: "
                     "chunk = tl.cdiv(seq_len, num_splits), the last split shorter")
+    live = torch.arange(k.shape[2], device=k.device)[None, None, :, None] < seq_lens.long()[:, None, None, None]
+    if not np.isnan(got).any() and not bool(live.all()) and not torch.isnan(k).any():
+        # Finite values past seq_len: if NaN there instead leaves the rows that are live right, those
+        # rows were read (or seq_lens was not what told them apart).
+        nan_k, nan_v = (torch.where(live, t, torch.full_like(t, float("nan"))) for t in (k, v))
+        try:
+            again = call(sub, q, nan_k, nan_v, seq_lens, num_splits)
+        except Exception:  # noqa: BLE001 - the first call's failure is the verdict
+            again = None
+        if again is not None and not np.isnan(again).any() and matches(again, reference(q, k, v, seq_lens), atol=atol):
+            return ("right when the rows past seq_len hold NaN, wrong when they hold finite values: the live rows "
+                    "are the first seq_lens[b] (tl.load(SEQ_LENS + b)); mask every K and V load with rows < hi")
     if np.isnan(got).any():
         # Same call with zeros instead of NaN past seq_len: if the NaN goes, rows past it were read.
         zero_k = torch.where(torch.isnan(k), torch.zeros_like(k), k)
@@ -309,6 +340,12 @@ def check_kernels(q, k, v, seq_lens, num_splits, observed, after, atol):
                   "grid = (num_splits, B * Hq), and cut each sequence into num_splits chunks")
     first = split[0]
     splits = num_splits or grids[first][0]
+    if observed.get("shifted_at") != first:
+        fail("the split kernel's partials could not be followed into the merge", called=what,
+             got="grids " + ", ".join(str(list(g)) for g in grids),
+             expected=f"_decode_split_kernel[({splits}, {bh})] as the first launch of your kernels, writing PART_O "
+                      f"[B * Hq, num_splits, D] and PART_L, then _decode_merge_kernel[({bh},)] reading them",
+             hint="launch the split kernel first, over grid (num_splits, B * Hq); the merge reads its partials")
     if not any(math.prod(g) == bh for g in grids[first + 1:]):
         fail("no merge kernel was launched after the split kernel", called=what,
              got="grids " + ", ".join(str(list(g)) for g in grids),
@@ -384,11 +421,15 @@ def test_gqa_and_mqa(sub, mode):
 
 
 def test_ragged_seq_lens(sub, mode):
-    """seq_lens from 1 to S_max in one batch; cache rows past seq_len hold NaN"""
+    """seq_lens from 1 to S_max in one batch; cache rows past seq_len hold NaN, then large finite values"""
     lens = pick([1, 40, 17, 2], [1, 3000, 517, 64])
     q, k, v, sl = make_cache(4, 4, 2, lens, pick(16, 128), seed=3, S_max=pick(48, 4096))
     check(sub, q, k, v, sl)
     check(sub, q, k, v, sl, num_splits=4)
+    # The rows past seq_len may hold anything: here finite values that would swamp the softmax if
+    # read, so a kernel that tells the live rows by their NaN, not by seq_lens, is seen.
+    q, k, v, sl = make_cache(4, 4, 2, lens, pick(16, 128), seed=11, S_max=pick(48, 4096), poison=50.0)
+    check(sub, q, k, v, sl, num_splits=3)
 
 
 @pytest.mark.parametrize("num_splits", [1, 3, 16], ids=lambda n: f"splits={n}")
