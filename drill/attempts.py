@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from drill import catalog, exitcodes, paths, progress
+from drill import catalog, exitcodes, paths, progress, userfile
 from drill.grader.result import GradeResult
 from drill.store import Store, StoreError
 
@@ -131,6 +131,10 @@ def grade_file(path: Path, timeout: float | None, store: Store, keyword: str | N
 
     ex = catalog.identify(path)
     if ex is None:
+        try:  # a FIFO, a device or a huge file: say that, not "no header"
+            userfile.read_bytes(path)
+        except userfile.UnreadableFile as exc:
+            return None, str(exc)
         return None, (f"{paths.shown(path.name)} is not a drill exercise: it has no "
                       "'# drill: <topic>/<id>' header "
                       f"and its name matches no exercise (known: {catalog.known_ids()})")

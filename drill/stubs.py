@@ -7,6 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
+from drill import userfile
 from drill.catalog import Exercise
 
 
@@ -28,7 +29,11 @@ def restore(ex: Exercise, path: Path) -> Path | None:
     stub = ex.stub_path.read_bytes()
     backup = None
     if path.exists():
-        if path.read_bytes() == stub:
+        if not userfile.is_regular(path):
+            # Reading a FIFO blocks for ever and /dev/zero fills memory; neither can be backed up.
+            raise OSError(f"{os.fsdecode(path.name)} is not a regular file (a folder, a pipe or a device?); "
+                          "move it away and run drill reset again")
+        if userfile.holds(path, stub):
             return None
         backup = backup_name(path)
         shutil.copy2(path, backup)

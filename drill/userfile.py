@@ -38,6 +38,23 @@ def read_bytes(path: Path, limit: int = LIMIT_BYTES, follow_links: bool = True) 
     return data
 
 
+def holds(path: Path, expected: bytes) -> bool:
+    """True when `path` is a regular file holding exactly `expected`. Never blocks or reads past
+    len(expected): a FIFO, a device or a huge file is simply not equal."""
+    try:
+        return read_bytes(path, limit=len(expected)) == expected
+    except UnreadableFile:
+        return False
+
+
+def is_regular(path: Path) -> bool:
+    """True for a regular file (links followed); False for a directory, a FIFO, a device or nothing."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def head_lines(path: Path, count: int = 10) -> list[str]:
     """The first lines of the file as text (a UTF-8 byte-order mark removed); [] if unreadable."""
     try:

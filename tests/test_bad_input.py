@@ -160,6 +160,23 @@ def test_a_fifo_or_a_device_is_refused_at_once(tmp_path):
     assert time.monotonic() - started < 30
 
 
+def test_an_unreadable_file_gets_its_own_reason_not_no_header(tmp_path):
+    """A file too large (or a FIFO) under a name no exercise has was reported as having no
+    header, by check, watch and whatif alike; each now says what is wrong with the file.
+    A NUL byte's syntax error has no line number: the reason no longer says 'line None'."""
+    huge = write(tmp_path, HEADER + "#" * (2 << 20) + "\n", name="huge attempt.py")
+    rc, doc = check_json(huge)
+    assert rc == 2 and "too large" in doc["message"], doc["message"]
+    proc = drill("whatif", str(huge))
+    assert proc.returncode == 2 and "too large" in proc.stderr and "Traceback" not in proc.stderr
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    proc = drill("whatif", str(fifo))
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr and "Traceback" not in proc.stderr
+    rc, doc = check_json(write(tmp_path, GOOD.read_text() + "x = '\0'\n", name="nul.py"))
+    assert rc == 2 and "null bytes" in doc["message"] and "None" not in doc["message"], doc["message"]
+
+
 def test_a_byte_order_mark_does_not_hide_the_header(tmp_path):
     path = tmp_path / "my_attempt.py"
     path.write_bytes(b"\xef\xbb\xbf" + GOOD.read_bytes())

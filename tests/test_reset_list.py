@@ -63,6 +63,33 @@ def test_reset_puts_a_deleted_file_back_and_refuses_bad_names(tmp_path, monkeypa
     assert code == 2 and "not a drill exercise" in out and notes.read_text() == "x = 1\n"
 
 
+def test_reset_and_start_refuse_a_fifo_or_a_device_at_once(tmp_path):
+    """A workspace file that is a FIFO made `drill reset` and `drill start` block for ever in
+    read_bytes, and a link to /dev/zero filled memory (a MemoryError traceback): reset now
+    refuses in one line with exit 2, and start keeps the file without reading it."""
+    import os
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    run("start", "flashattention", "--dir", str(ws))
+    online = catalog.load_topic("flashattention").get("online-softmax")
+    for make in (os.mkfifo, lambda p: p.symlink_to("/dev/zero")):
+        target = ws / online.file
+        target.unlink()
+        make(target)
+        for args in (["reset", "online-softmax"], ["start", "flashattention", "--dir", str(ws)]):
+            proc = subprocess.run([sys.executable, "-m", "drill", *args], capture_output=True, text=True,
+                                  cwd=ws, timeout=60, stdin=subprocess.DEVNULL)
+            assert "Traceback" not in proc.stderr, proc.stderr
+            if args[0] == "reset":
+                assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr
+                assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+            else:
+                assert proc.returncode == 0, proc.stderr
+        assert not target.is_file() and not list(ws.glob("*.bak"))
+
+
 def test_reset_without_a_workspace_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out = run("reset", "01")

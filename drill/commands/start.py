@@ -9,7 +9,7 @@ import click
 from rich.markdown import Markdown
 from rich.text import Text
 
-from drill import catalog, paths, progress
+from drill import catalog, paths, progress, userfile
 from drill.console import boxed, console
 from drill.errors import cannot
 from drill.store import Store
@@ -35,7 +35,7 @@ def lay_out(topic: catalog.Topic, target: Path) -> tuple[list[str], list[str]]:
     for name, text in files.items():
         path = target / name
         if path.exists():
-            if path.read_text(encoding="utf-8", errors="replace") != text:
+            if not userfile.holds(path, text.encode("utf-8")):  # never blocks on a FIFO or reads /dev/zero
                 kept.append(name)
             continue
         path.write_text(text, encoding="utf-8")

@@ -54,7 +54,7 @@ class Cycle:
 
 def run_cycle(path: Path, store: Store, timeout: float | None = None) -> Cycle:
     """Grade `path` once (recording the attempt, as `drill check` does)."""
-    if not path.is_file():
+    if not path.exists():
         return Cycle(path, None, None, f"{path} does not exist (yet): save it to check it")
     ex, result = grade_file(path, timeout, store)
     if ex is None:

@@ -61,6 +61,10 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
     with Store() as store:
         lang = remembered_language(store, lang)
         path = _target(target, store)
+        try:
+            raw = userfile.read_bytes(path)  # first: a FIFO or a huge file gets its own reason
+        except userfile.UnreadableFile as exc:
+            cannot(str(exc))
         ex = catalog.identify(path)
         if ex is None:
             cannot(f"{shown(path.name)} is not a drill exercise (no '# drill: <topic>/<id>' header)", target=str(path))
@@ -68,11 +72,8 @@ def command(target: str | None, as_json: bool, limit: int | None, jobs: int | No
             cannot(f"what-if questions cover the NumPy exercises; {ex.id} runs {ex.needs} code, "
                    "whose grading takes too long to repeat for every mutant")
         try:
-            raw = userfile.read_bytes(path)
             source = raw.decode("utf-8")
             found = mutate.mutants(source)
-        except userfile.UnreadableFile as exc:
-            cannot(str(exc))
         except (UnicodeDecodeError, SyntaxError, ValueError) as exc:
             cannot(f"{shown(path.name)} cannot be parsed ({exc}); fix it and pass drill check first")
         chosen = mutate.spread(found, limit if limit is not None else (None if as_json else QUESTIONS))

@@ -88,7 +88,8 @@ def _load(user_file: str, functions: list[str]):
 
 def _load_error_message(exc: BaseException, user_file: str) -> str:
     if isinstance(exc, SyntaxError):
-        return f"syntax error in your file, line {exc.lineno}: {exc.msg}"
+        where = f", line {exc.lineno}" if exc.lineno else ""  # a NUL byte has no line
+        return f"syntax error in your file{where}: {exc.msg}"
     if isinstance(exc, ModuleNotFoundError):
         return f"module-not-found:{exc.name}"  # worded by the trusted side, which knows the install advice
     if isinstance(exc, SystemExit):
