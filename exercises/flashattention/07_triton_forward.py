@@ -6,8 +6,9 @@
     causal=True: query i sees only keys j <= i (q and k have the same length S)
 
 The launcher below is written for you: it allocates o, works out the grid and passes every
-stride. Your job is the body of `_flash_forward_kernel`. One program handles one block of
-BLOCK_M queries of one (batch, head); the grid is
+stride. Your job is the body of `_flash_forward_kernel`: that one launch computes o (no second
+kernel, no torch computing beside it). One program handles one block of BLOCK_M queries of one
+(batch, head); the grid is
 
     (triton.cdiv(S, BLOCK_M), B * H)      axis 0: which query block, axis 1: b * H + h
 

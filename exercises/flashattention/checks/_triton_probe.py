@@ -91,12 +91,16 @@ _ATEN_COMPUTE = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv
 _ATEN_COMPUTE_PREFIXES = ("_scaled_dot_product", "scaled_dot_product", "_flash_attention", "_efficient_attention")
 
 
-def _users_doing(frame, entry) -> bool:
+def _users_doing(frame, entry, user_file: str = "") -> bool:
     """True unless the call came from Triton (a launch, the interpreter) or from the probe's own
     helpers: everything else run under the user's function is the user's doing, however it was
-    called (a trampoline in functools, code compiled under another file name)."""
+    called (a trampoline in functools, code compiled under another file name). A frame of the
+    user's file met before any of Triton's (a kernel body the interpreter runs as Python, calling
+    torch itself) is the user's doing too."""
     while frame is not None and frame.f_code is not entry:
         name = frame.f_code.co_filename
+        if user_file and name == user_file:
+            return True
         if name.startswith(_TRITON_DIR) or _is_probe(name):
             return False
         frame = frame.f_back
@@ -126,7 +130,7 @@ class PoisonAllocations(TorchFunctionMode):
         return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        mine = _users_doing(sys._getframe(1), self.entry)
+        mine = _users_doing(sys._getframe(1), self.entry, self.user_file)
         name = getattr(func, "__name__", "")
         if name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "") in _RAW_ATTRIBUTES:
             name = func.__self__.__name__
@@ -154,7 +158,7 @@ class _ComputeBelow(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(getattr(func, "__name__", func)).split(".")[0]
         if ((name in _ATEN_COMPUTE or name.startswith(_ATEN_COMPUTE_PREFIXES))
-                and _users_doing(sys._getframe(1), self.owner.poison.entry)):
+                and _users_doing(sys._getframe(1), self.owner.poison.entry, self.owner.poison.user_file)):
             self.owner.note(f"aten.{name}")
         return func(*args, **(kwargs or {}))
 

@@ -130,6 +130,15 @@ def check_kernel_work(ret, launches, q, call: str) -> None:
              expected="_flash_forward_kernel[grid](...) from your file",
              hint="the exercise is the kernel: compute o inside _flash_forward_kernel, not with torch "
                   "operations or another module's kernel")
+    # One launch computes o: a second kernel (a naive one over another grid, a softmax pass writing
+    # an S×S matrix to scratch) beside a decoy launched over the right grid is no pass, nor is a
+    # kernel from another file doing the work.
+    if len(mine) != 1 or len(launches) != 1:
+        fail("o must come from one launch of your kernel", called=call,
+             got="launches: " + ", ".join(f"{launch.kernel} ({launch.file}, grid {launch.grid})" for launch in launches),
+             expected="one launch, _flash_forward_kernel[grid](...) from your file, grid (query blocks, B·H)",
+             hint="one kernel streams the key blocks past each query block with the online softmax and "
+                  "writes o; no second kernel, no precomputed scores or softmax")
     tf.check_no_torch_compute(ret.observed, call, "o")
     grid = mine[-1].grid
     if grid is not None:
@@ -166,8 +175,11 @@ def test_ragged_lengths(sub, mode, S):
 
 @pytest.mark.parametrize("D", pick((16, 64, 128), (16, 32, 128)), ids=lambda d: f"D={d}")
 def test_head_dims(sub, mode, D):
-    """Head dims other than the usual one"""
+    """Head dims other than the usual one, with and without the causal mask"""
+    # Causal too: a launcher may pick other block sizes for another head dim, and a causal
+    # loop that is right only for some block shapes must meet them.
     check_case(sub, mode, 1, 2, pick(40, 300), D, seed=4 + D)
+    check_case(sub, mode, 1, 2, pick(40, 300), D, causal=True, seed=24 + D)
 
 
 def _strides_hint(sub, mode, causal=False):
@@ -191,12 +203,32 @@ def _strides_hint(sub, mode, causal=False):
     return hint
 
 
+def _other_layouts(mode, B, H, S, D, seed):
+    """q, k, v with the layouts of make_qkv's "strided" moved around, so that no tensor (k included)
+    is contiguous and no two share their strides:
+      q  a permuted [H, B, S, D] (batch stride S·D, head stride B·S·D, row stride D)
+      k  a transposed view of a [B, S, H, D] projection (head stride D, row stride H·D)
+      v  the value part of a packed [B, S, 2, H, D] key-value tensor (row stride 2·H·D)
+    """
+    q, k, v = tf.make_qkv(B, H, S, D, mode, seed=seed)
+    q2 = torch.empty(H, B, S, D, dtype=q.dtype, device=q.device).permute(1, 0, 2, 3)
+    k2 = torch.empty(B, S, H, D, dtype=k.dtype, device=k.device).transpose(1, 2)
+    v2 = torch.empty(B, S, 2, H, D, dtype=v.dtype, device=v.device)[:, :, 1].transpose(1, 2)
+    for dst, src in ((q2, q), (k2, k), (v2, v)):
+        dst.copy_(src)
+    return tuple(tf.guarded(t, float("nan")) for t in (q2, k2, v2))
+
+
 def test_batches_heads_strides(sub, mode):
     """Several batches and heads, with non-contiguous q, k, v, with and without the causal mask"""
     B, H, S, D = pick((2, 3, 50, 32), (2, 3, 700, 64))
     check_case(sub, mode, B, H, S, D, seed=5, layout="strided", hint_extra=_strides_hint(sub, mode))
     check_case(sub, mode, B, H, S, D, causal=True, seed=15, layout="strided",
                hint_extra=_strides_hint(sub, mode, causal=True))
+    # k is contiguous above; here every tensor, k included, has a layout of its own.
+    for causal in (False, True):
+        check_case(sub, mode, B, H, S, D, causal=causal, inputs=_other_layouts(mode, B, H, S, D, 25 + causal),
+                   hint_extra=_strides_hint(sub, mode, causal=causal))
 
 
 @pytest.mark.parametrize("S", pick((16, 45, 96), (128, 1000)), ids=lambda s: f"S={s}")
