@@ -83,3 +83,12 @@ def test_no_command_prints_and_exits_on_its_own():
     for path in (Path(cli_module.__file__).parent / "commands").glob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "fail_line" not in text and "SystemExit(exitcodes.CANNOT)" not in text, path.name
+
+
+def test_autotune_under_the_interpreter_is_explained():
+    from drill.grader.recorder import explain_user_error
+
+    line = explain_user_error({"type": "RuntimeError", "message": "0 active drivers ([]). There should only be one.",
+                               "line": 103}, 2048)
+    assert line.startswith("your code raised RuntimeError: 0 active drivers") and "(your file, line 103)" in line
+    assert "triton.autotune cannot time its configs" in line

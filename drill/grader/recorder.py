@@ -79,6 +79,11 @@ def explain_user_error(info: dict, memory_mb: int) -> str:
         return TOO_MUCH_OUTPUT
     if kind == "SystemExit":
         return f"your code called sys.exit({info.get('exit_code')}) inside a check{where}"
+    if kind == "RuntimeError" and "active drivers" in text:
+        # Triton's autotuner times its configs on a GPU; the interpreter has no driver to time with.
+        return (f"your code raised RuntimeError: {text}{where}: under the Triton interpreter "
+                "triton.autotune cannot time its configs; choose the block sizes yourself on a CPU, "
+                "or give autotune a do_bench that runs the kernel once and returns equal times")
     if str(info.get("module", "")).startswith(("_pytest", "pytest")):
         return f"your code raised pytest's {kind}{where}: skipping or ending a check from your code is a failure"
     return f"your code raised {kind}{': ' + text if text else ''}{where}"

@@ -251,7 +251,7 @@ class Launches:
         seen, user_file = self.seen, self.user_file
 
         def run(this, *args, **kwargs):
-            if not kwargs.get("warmup", False):
+            if not kwargs.get("warmup", False) and not _autotune_trial(sys._getframe(1)):
                 fn = getattr(this, "fn", None)
                 code = getattr(fn, "__code__", None)
                 constants = {k: v for k, v in kwargs.items()
@@ -263,6 +263,17 @@ class Launches:
             return original(this, *args, **kwargs)
 
         return run
+
+
+def _autotune_trial(frame) -> bool:
+    """A launch triton.autotune makes to time one config (its final launch with the best one is
+    recorded as usual): an autotuned kernel is then one launch per call, as a plain one is."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in ("kernel_call", "_bench") and code.co_filename.startswith(_TRITON_DIR):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _grid(grid, constants: dict):
