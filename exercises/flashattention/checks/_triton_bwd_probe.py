@@ -26,15 +26,26 @@ except ImportError:  # on the trusted side, which imports seeded_inputs from her
 
 class Footprint:
     """What the kernels hold and keep: the largest block any program builds (under the Triton
-    interpreter, where every block is a NumPy array in a TensorHandle) and the memory of every
-    tensor handed to a kernel launch, so the grader can tell blocks from whole S×S score matrices."""
+    interpreter, where every block is a NumPy array in a TensorHandle), the memory of every
+    tensor handed to a kernel launch, so the grader can tell blocks from whole S×S score matrices,
+    and (interpreter only) every address a kernel stores to, so that memory no count sees (the
+    inputs' own storage, the guard after each input and after each poisoned allocation) cannot
+    hold scores either: a store there is reported even if the old values are put back later."""
 
     def __init__(self):
         self.largest_block = 0  # elements of the largest block seen; stays 0 when not interpreting
         self.blocks_watched = False
         self.storages: dict[int, int] = {}  # storage address -> bytes, for every tensor a kernel got
+        self.stores: list = []  # (first byte, last byte + 1) arrays of every store, under the interpreter
+        self.stores_watched = False
         self._patched: list = []
         self._handle = None
+        self._builder = None
+        # Under the interpreter: the program count of every launch whose programs called tl.dot
+        # (the kernels that build score blocks), so one program per head looping over the
+        # whole sequence shows up even beside a tiled decoy launch.
+        self.dot_launches: list = []
+        self._current = None
 
     def __enter__(self):
         try:
@@ -53,6 +64,7 @@ class Footprint:
             TensorHandle.__post_init__ = post_init
             self._handle = (TensorHandle, check)
             self.blocks_watched = True
+        self._watch_stores()
         for cls in _kernel_classes():
             original = getattr(cls, "run", None)
             if callable(original):
@@ -61,7 +73,86 @@ class Footprint:
                 self._patched.append((cls, original, own))
         return self
 
+    def _watch_stores(self):
+        try:
+            from triton.runtime.interpreter import InterpreterBuilder
+        except ImportError:
+            return
+        stores, saved = self.stores, {}
+
+        def note(ptrs, value, mask):
+            addr = np.asarray(getattr(ptrs, "data", ptrs)).reshape(-1).astype(np.int64)
+            data = getattr(value, "data", None)
+            size = int(getattr(getattr(data, "dtype", None), "itemsize", 0) or 8)
+            if mask is not None:
+                keep = np.broadcast_to(np.asarray(getattr(mask, "data", mask)), np.shape(getattr(ptrs, "data", ptrs)))
+                addr = addr[keep.reshape(-1).astype(bool)]
+            if addr.size:
+                stores.append((addr, size))
+
+        def wrap(name, pick):
+            original = getattr(InterpreterBuilder, name, None)
+            if not callable(original):
+                return False
+            saved[name] = original
+
+            def hooked(builder, *args, **kwargs):
+                try:
+                    note(*pick(*args))
+                except Exception:  # noqa: BLE001 - an unexpected form: the op still runs, unrecorded
+                    footprint.stores_watched = False
+                return original(builder, *args, **kwargs)
+
+            setattr(InterpreterBuilder, name, hooked)
+            return True
+
+        footprint = self
+        dot = getattr(InterpreterBuilder, "create_dot", None)
+        if callable(dot):
+            saved["create_dot"] = dot
+
+            def hooked(builder, *args, **kwargs):
+                if footprint._current is not None:
+                    footprint._current["dot"] = True
+                return dot(builder, *args, **kwargs)
+
+            InterpreterBuilder.create_dot = hooked
+        ok = wrap("create_masked_store", lambda ptrs, value, mask, *_: (ptrs, value, mask))
+        ok = wrap("create_store", lambda ptr, value, *_: (ptr, value, None)) and ok
+        ok = wrap("create_atomic_rmw", lambda op, ptr, val, mask, *_: (ptr, val, mask)) and ok
+        ok = wrap("create_atomic_cas", lambda ptr, cmp, val, *_: (ptr, val, None)) and ok
+        self._builder = (InterpreterBuilder, saved)
+        self.stores_watched = ok
+
+    def stores_outside(self, inputs, made, names) -> list[str] | None:
+        """What the kernels stored into that is neither an output nor scratch the count sees: an
+        input's memory (its elements or the guard after it) or the guard after an allocation of
+        the user's. None when stores could not be watched (no interpreter, or patched)."""
+        if not self.stores_watched:
+            return None
+        regions = []
+        for name, t in zip(names, inputs):
+            st = t.untyped_storage()
+            regions.append((st.data_ptr(), st.data_ptr() + st.nbytes(), f"the memory of the input {name}"))
+        for t in made:
+            st = t.untyped_storage()
+            end = st.data_ptr() + st.nbytes()
+            regions.append((end - GUARD * t.element_size(), end, "the guard memory after a buffer you allocated"))
+        hits = []
+        for lo, hi, what in regions:
+            for addr, size in self.stores:
+                if bool(((addr + size > lo) & (addr < hi)).any()):
+                    hits.append(what)
+                    break
+        return sorted(set(hits))
+
     def __exit__(self, *exc):
+        if self._builder is not None:
+            cls, saved = self._builder
+            for name, original in saved.items():
+                if getattr(getattr(cls, name), "__name__", "") != "hooked":
+                    self.stores_watched = False
+                setattr(cls, name, original)
         if self._handle is not None:
             cls, original = self._handle
             self.blocks_watched = self.blocks_watched and getattr(cls.__post_init__, "__name__", "") == "post_init"
@@ -75,13 +166,25 @@ class Footprint:
     def _wrap(self, original):
         storages = self.storages
 
+        footprint = self
+
         def run(this, *args, **kwargs):
             if not kwargs.get("warmup", False):
                 for a in list(args) + list(kwargs.values()):
                     if type(a) is torch.Tensor:
                         st = a.untyped_storage()
                         storages[st.data_ptr()] = st.nbytes()
-            return original(this, *args, **kwargs)
+            grid = kwargs.get("grid")
+            programs = None
+            if isinstance(grid, (tuple, list)) and all(isinstance(g, int) for g in grid):
+                programs = math.prod(grid)
+            outer, footprint._current = footprint._current, {"programs": programs, "dot": False}
+            try:
+                return original(this, *args, **kwargs)
+            finally:
+                if footprint._current["dot"]:
+                    footprint.dot_launches.append(footprint._current["programs"])
+                footprint._current = outer
 
         return run
 
@@ -121,6 +224,9 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
                 "largest_block": footprint.largest_block if footprint.blocks_watched else None}
     outs = [t for t in out if type(t) is torch.Tensor] if type(out) in (tuple, list) else []
     observed["scratch_bytes"] = footprint.scratch_bytes(tensors, outs, poison.poison.made)
+    observed["dot_launches"] = footprint.dot_launches if footprint.stores_watched else None
+    observed["stores_outside"] = footprint.stores_outside(tensors, poison.poison.made,
+                                                          ("q", "k", "v", "o", "lse", "do"))
     result = None
     if type(out) in (tuple, list) and len(out) == 3 and all(type(t) is torch.Tensor for t in out):
         observed["parts"] = [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),

@@ -85,7 +85,7 @@ class Case:
         B, H, S, D = self.q.shape
         bits = [f"B={B}, H={H}, S={S}, D={D}, {str(self.q.dtype).removeprefix('torch.')}"]
         if not self.q.is_contiguous():
-            bits.append("non-contiguous q, k, v, o, do")
+            bits.append("non-contiguous q, k, v, o, do, lse")
         if self.empty_rows:
             bits.append(f"rows {list(self.empty_rows)} with lse = -inf and o = 0")
         args = "q, k, v, o, lse, do" + (", causal=True" if self.causal else "") + (
@@ -106,7 +106,8 @@ def make_case(B, H, S, D, mode, *, seed, causal=False, sm_scale=None, scale=1.0,
     """q, k, v, do from N(0, scale²) (do from N(0, 1)), and the forward's o and lse computed here.
 
     layout="strided": q, do and o are transposed views of [B, S, H, D] tensors, v the second half
-    of a packed [B, H, S, 2D] key-value tensor, k contiguous. shift_logits: every score moved
+    of a packed [B, H, S, 2D] key-value tensor, k contiguous, lse a [B, H, S] view of an [H, B, S]
+    tensor (its own stride_lb and stride_lh, rows at stride 1). shift_logits: every score moved
     by about that much (q[..., 0] and k[..., 0] pushed apart), e.g. -600.
     """
     dtype = dtype or mode.dtype
@@ -134,6 +135,8 @@ def make_case(B, H, S, D, mode, *, seed, causal=False, sm_scale=None, scale=1.0,
         t = t.to(mode.device)
         if how == "bshd":
             t = t.transpose(1, 2).contiguous().transpose(1, 2)
+        elif how == "hbs":  # lse: stride_lb = S, stride_lh = B·S, rows still at stride 1
+            t = t.transpose(0, 1).contiguous().transpose(0, 1)
         elif how == "packed":
             buf = torch.zeros(B, H, S, 2 * D, dtype=t.dtype, device=t.device)
             buf[..., D:] = t
@@ -141,7 +144,7 @@ def make_case(B, H, S, D, mode, *, seed, causal=False, sm_scale=None, scale=1.0,
         return tf.guarded(t, math.nan)
 
     strided = layout == "strided"
-    hows = ("bshd", "plain", "packed", "bshd", "plain", "bshd") if strided else ("plain",) * 6
+    hows = ("bshd", "plain", "packed", "bshd", "hbs", "bshd") if strided else ("plain",) * 6
     q, k, v, o, lse, do = (place(t, how) for t, how in zip((q, k, v, o, lse, do), hows))
     return Case(q, k, v, o, lse, do, causal, sm_scale, tuple(empty_rows))
 
@@ -360,6 +363,18 @@ def as_grads(reply: Reply, case: Case) -> list[torch.Tensor]:
              got="values in the memory just after an output (drill keeps a guard there)",
              expected="no store outside the outputs",
              hint="mask every store: the last block sticks out past S, so store only rows < S")
+    stored = seen.get("stores_outside")
+    if not GPU and not isinstance(stored, list):  # fails closed: the interpreter's stores went unseen
+        fail("the stores of your kernels could not be watched", called=call,
+             got="no record of the stores (was triton's interpreter patched?)",
+             expected="kernels run by the Triton interpreter as drill launched them")
+    if stored:
+        fail(f"your kernels stored into {', '.join(stored)}", called=call,
+             got=f"stores into {', '.join(stored)}",
+             expected="stores only into dq, dk, dv, delta and buffers of your own (within their size)",
+             hint="never write into q, k, v, o, lse or do (read an lse of -inf as +inf inside the kernels "
+                  "instead of fixing it in place), and never past the end of a buffer: p, dp and ds live in "
+                  "registers, block by block, not in memory")
     if reply.grads is None:
         parts = seen.get("parts")
         fail(f"flash_attention_backward returned {seen.get('type', 'nothing')}, not three tensors (dq, dk, dv)",
@@ -431,13 +446,36 @@ def diagnose(sub, case: Case, got, ref, tols, wrong: list[int], extra=None) -> s
     return ""
 
 
+def _inputs_unchanged(reply: Reply, case: Case, before) -> None:
+    after = reply.inputs_after or []
+    for name, t0, a in zip(("q", "k", "v", "o", "lse", "do"), before, after + [None] * (6 - len(after))):
+        if a is None or not np.array_equal(a, t0, equal_nan=True):
+            fail(f"flash_attention_backward changed its input {name} in place", called=case.describe(),
+                 hint="write only into fresh dq, dk, dv and delta; read an lse of -inf as +inf inside the kernels "
+                      "rather than rewriting lse (or any other input)")
+
+
+def _kernels_did_it(reply: Reply, call: str) -> None:
+    """Every call, not only test_launches': a launcher that computes with torch on some options (not
+    causal, an explicit sm_scale, rows with lse = -inf) and launches its kernels on others must fail."""
+    if not any(launch.mine for launch in reply.launches):
+        fail("no @triton.jit kernel from your file was launched", called=call,
+             expected="_bwd_preprocess, _bwd_dkdv_kernel and _bwd_dq_kernel launched from your file",
+             hint="the exercise is the kernels: compute D, dk, dv and dq inside your @triton.jit functions on "
+                  "every call, whatever causal, sm_scale and the shapes are")
+    tf.check_no_torch_compute(reply.observed, call, "the gradients")
+
+
 def check_case(sub, case: Case, extra=None):
     """Call the user's backward on one case and fail with a diagnosis unless dq, dk, dv are right."""
     ref = reference(case)  # computed first: a kernel that writes into its inputs must not move it
     tols = tolerances(case, ref)
     keep = Case(*(t.clone() for t in case.tensors()), case.causal, case.sm_scale, case.empty_rows)
-    reply = call_user(sub, case)
+    before = [tf.values(t) for t in case.tensors()]
+    reply = call_user(sub, case, return_inputs=True)
     got = as_grads(reply, case)
+    _inputs_unchanged(reply, case, before)
+    _kernels_did_it(reply, case.describe())
     errors = [max_error(g.numpy(), r.cpu().numpy()) for g, r in zip(got, ref)]
     wrong = [i for i, (e, (t, _)) in enumerate(zip(errors, tols)) if e > t]
     if not wrong:
@@ -498,7 +536,7 @@ def _strides_hint(sub, case: Case):
 
 
 def test_batches_heads_strides(sub, mode):
-    """Several batches and heads, with non-contiguous q, k, v, o, do"""
+    """Several batches and heads, with non-contiguous q, k, v, o, do and lse"""
     B, H, S, D = pick((2, 3, 20, 16), (2, 3, 700, 64))
     case = make_case(B, H, S, D, mode, seed=5, layout="strided")
     check_case(sub, case, extra=_strides_hint(sub, case))
@@ -608,6 +646,21 @@ def test_launches(sub, mode):
              expected=f"grids (triton.cdiv(S, BLOCK), B·H) with BLOCK < S, so more than {B * H} programs",
              hint="give each program one block of BLOCK_M queries (dq) or BLOCK_N keys (dk, dv) and loop over the "
                   "other side in blocks: BLOCK below S, grid = (triton.cdiv(S, BLOCK), B * H)")
+    # Under the interpreter, every launch whose programs call tl.dot (those that build score blocks)
+    # must cut S into blocks too: a tiled decoy beside one program per head walking the whole
+    # sequence does not count.
+    dots = reply.observed.get("dot_launches")
+    if not mode.gpu and not isinstance(dots, list):
+        fail("the launches of your kernels could not be watched", called=call,
+             got="no record of which launches compute (was triton's interpreter patched?)",
+             expected="kernels run by the Triton interpreter as drill launched them")
+    serial = [n for n in dots or [] if n is None or n <= B * H]
+    if serial:
+        fail(f"a kernel of yours that computes scores runs {serial[0]} program(s) for {B * H} heads: one program "
+             "walks a whole head", called=call, got=f"launches with tl.dot over {serial[0]} programs",
+             expected=f"the dK/dV and dQ kernels over (triton.cdiv(S, BLOCK), B·H) grids, more than {B * H} programs",
+             hint="give each program one block of BLOCK_N keys (dk, dv) or BLOCK_M queries (dq): the blocks of a "
+                  "head are worked on side by side, not one after another by a single program")
     ref = reference(case)
     tols = tolerances(case, ref)
     got = as_grads(reply, case)
