@@ -335,7 +335,7 @@ MEMORY_CASES = {"non-causal": dict(sk=MEMORY_SIZE, Br=128, Bc=128, causal=False)
 @pytest.mark.peak_memory
 @pytest.mark.parametrize("case", list(MEMORY_CASES), ids=["non-causal", "causal"])
 def test_memory(sub, rng, case):
-    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix; the causal run has sk = 3600, Bc = 64 and scale = -0.6"""
+    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix; the masked run has sk = 3600, Bc = 64 and scale = -0.6"""
     n, d = MEMORY_SIZE, 16
     opts = dict(MEMORY_CASES[case])
     sk = opts.pop("sk")

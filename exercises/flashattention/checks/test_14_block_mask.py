@@ -188,7 +188,8 @@ def _check_kinds_memory(sub, kv_doc, window, causal, n, B):
              expected=f"under 12 MiB (a {n}×{n} boolean mask is {n * n / 2**20:.0f} MiB)",
              hint="judge each [Br, Bc] tile from its own rows and columns (q_doc[rows][:, None] == kv_doc[cols]), "
                   "or from document boundaries, never from a mask of the whole sequence")
-    note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; a {n}×{n} boolean mask is "
+    note(f"peak memory of block_kinds with window={window}, causal={causal}: {peak / 2**20:.1f} MiB (limit 12 MiB; "
+         f"a {n}×{n} boolean mask is "
          f"{n * n / 2**20:.0f} MiB)")
     got = kinds_array(result, call, (n // B, n // B))
     # Every tile, one strip of B query rows at a time (a strip's mask is B×n here, never n×n).
@@ -346,7 +347,9 @@ def _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale):
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(),
                               kv_doc.copy(), kv_doc.copy(), causal=causal, Br=128, Bc=128, scale=scale)
     check_peak(peak, call, "masked_flash_forward")
-    note(f"peak memory during the call: {peak / 2**20:.1f} MiB (limit 12 MiB; one {n}×{n} float64 score matrix is "
+    # Each note names its call: equal notes are shown once, so two calls with the same peak would merge.
+    note(f"peak memory during the call with causal={causal}: {peak / 2**20:.1f} MiB (limit 12 MiB; one {n}×{n} "
+         f"float64 score matrix is "
          f"{n * n * 8 / 2**20:.0f} MiB, a boolean mask {n * n / 2**20:.0f} MiB)")
     O, L = pair(result, call, "O, L", ((n, d), (n,)))
     # Every row, 512 at a time: code right on most rows and wrong on a few is still wrong.
