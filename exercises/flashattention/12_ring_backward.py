@@ -27,8 +27,9 @@ its gradients on); your own shard takes the lower triangle.
 Do the block maths on torch tensors with @ (matmuls): the checks count each rank's
 matmul work with torch's FLOP counter to see that a causal rank skips future shards, and
 that without a mask it is the block maths alone (at most twice the five n×n×d products
-above for each shard it visits); products broadcast and summed, or work handed to NumPy,
-fail.
+above for each shard it visits; with causal, at most 1¼ times them for each shard it does
+not skip). Every product counts, in-place (addmm_) and matrix-vector ones too; products
+broadcast and summed, or work handed to NumPy, fail.
 
 Check your work:  drill check 12_ring_backward.py   (it starts W = 2, 3 and 4 ranks itself)
 """

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import resource
 import select
@@ -248,7 +249,7 @@ def rank_main(rank: int, world: int, listener: socket.socket, folder: str, plan:
         r.case = None
         changed = [t for t, x, digest in zip(in_names, shards, before) if _digest(x) != digest]
         result = {"event": "case_done", "case": name, "changed": changed, "returned": type(out).__name__,
-                  "flops": counter.get_total_flops() if hasattr(counter, "get_total_flops") else None,
+                  "flops": counter.get_total_flops() + work.hidden_flops if hasattr(counter, "get_total_flops") else None,
                   "largest_pointwise": work.largest_pointwise, "pointwise_total": work.pointwise_total,
                   "converted": work.converted}
         if isinstance(out, (tuple, list)) and len(out) == len(out_names):
@@ -331,6 +332,7 @@ class _WorkOutsideMatmuls:
         class Pointwise(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
+                record.hidden_flops += _uncounted_matmul_flops(func, args)
                 if torch.Tag.pointwise in func.tags:
                     for t in out if isinstance(out, (tuple, list)) else (out,):
                         if isinstance(t, torch.Tensor):
@@ -339,7 +341,7 @@ class _WorkOutsideMatmuls:
                                 record.pointwise_total += t.numel()
                 return out
 
-        self.largest_pointwise, self.pointwise_total, self.converted = 0, 0, 0
+        self.largest_pointwise, self.pointwise_total, self.converted, self.hidden_flops = 0, 0, 0, 0
         self._mode, self._saved = Pointwise(), {}
 
     def _counting(self, original):
@@ -364,6 +366,53 @@ class _WorkOutsideMatmuls:
             else:
                 setattr(torch.Tensor, name, original)
         return False
+
+
+def _uncounted_matmul_flops(func, args) -> int:
+    """The FLOPs of a product torch's FLOP counter leaves out (it counts mm, addmm, bmm and baddbmm,
+    not their in-place forms, matrix-vector or vector products, sparse products, weighted
+    embedding-bag sums, cdist, bilinear forms or CPU attention): 2 per multiply-add, as the counter does, so the same block maths counts the same
+    however it is written. 0 for any other operation."""
+    name = func.overloadpacket.__name__
+    shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+    try:
+        if name in ("addmm_", "_addmm_activation", "_sparse_addmm", "sspaddmm"):
+            (a, b), c = shapes[1], shapes[2][1]
+            return 2 * a * b * c
+        if name in ("baddbmm_", "addbmm", "addbmm_"):
+            (batch, a, b), c = shapes[1], shapes[2][2]
+            return 2 * batch * a * b * c
+        if name in ("mv", "addmv", "addmv_"):
+            a, b = shapes[0] if name == "mv" else shapes[1]
+            return 2 * a * b
+        if name in ("dot", "vdot"):
+            return 2 * shapes[0][0]
+        if name in ("addr", "addr_"):
+            return 2 * shapes[1][0] * shapes[2][0]
+        if name in ("_sparse_mm", "hspmm"):
+            (a, b), c = shapes[0], shapes[1][1]
+            return 2 * a * b * c
+        if name.startswith("_embedding_bag") and len(shapes) >= 4:  # a weighted sum of rows: p @ v by lookup
+            return 2 * shapes[1][0] * shapes[0][-1]
+        if name == "_cdist_forward":
+            *batch, a, d = shapes[0]
+            return 2 * math.prod(batch) * a * shapes[1][-2] * d
+        if name == "_trilinear":  # bilinear: every input broadcast to one shape, all of it multiplied
+            ranks = len(shapes[0]) + len(args[3])
+            full = [1] * ranks
+            for shape, expand in zip(shapes[:3], args[3:6]):
+                dims = iter(shape)
+                for i in range(ranks):
+                    full[i] = max(full[i], 1 if i in expand else next(dims))
+            return 2 * math.prod(full)
+        if name.startswith("_scaled_dot_product") and len(shapes) >= 3:  # S = q kᵀ and p v (and backward)
+            *batch, sq, d = shapes[0]
+            sk, dv = shapes[1][-2], shapes[2][-1]
+            twice = 2 if "backward" in name else 1
+            return twice * 2 * math.prod(batch) * sq * sk * (d + dv)
+    except (IndexError, ValueError, TypeError, StopIteration):
+        return 0
+    return 0
 
 
 def _flop_counter():

@@ -61,6 +61,9 @@ TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "futu
 # 2·n·n·d FLOPs each. The unmasked work may be at most WORK_SLACK times that per shard visited.
 MATMULS_PER_SHARD = 5
 WORK_SLACK = 2.0
+# With causal=True the work may be at most CAUSAL_SLACK times that per shard not skipped: the unmasked
+# bound alone would let spare unmasked work (up to WORK_SLACK) pay for future shards under the ratio.
+CAUSAL_SLACK = 1.25
 
 
 # --------------------------------------------------------------------------- float64 reference
@@ -291,6 +294,33 @@ def _check_unmasked_work(runs, world: int) -> None:
                       "must be the block maths only: no repeated or spare matmuls")
 
 
+def _check_causal_work(runs, world: int) -> None:
+    """Every causal case (each shape, group and value range) holds a rank to the work of the shards it
+    must visit, counted from the least work itself: the ratio to the unmasked work cannot show a skip
+    when the unmasked side carries spare matmuls, and the plain and causal pair is one shape only."""
+    for c in (c for c in cases_in(CASES, world) if c.causal):
+        per_shard = MATMULS_PER_SHARD * 2 * c.n * c.n * c.d
+        for at, rank in enumerate(group_ranks(c, world)):
+            done = runs.done(world, rank, c.name) or {}
+            causal, converted = done.get("flops"), done.get("converted")
+            if isinstance(converted, int) and converted >= c.n * c.d:
+                fail(f"rank {rank} handed {converted} tensor elements to NumPy or Python lists (W = {world})",
+                     called=c.call(world, rank), got=f"{converted} elements converted (.numpy(), np.asarray, .tolist())",
+                     expected="none: the block maths stay on torch tensors",
+                     hint="compute the scores and the gradients with torch matmuls (@): work done in NumPy is "
+                          "invisible to the FLOP count that shows a causal rank skipping future shards")
+            allowed = CAUSAL_SLACK * per_shard * (at + 1)
+            if causal and causal > allowed:
+                fail(f"rank {rank} did {causal / per_shard:.2f} shards' worth of matmul work with causal=True "
+                     f"(W = {world}, case '{c.name}')", called=c.call(world, rank), got=f"{causal} FLOPs",
+                     expected=f"at most {CAUSAL_SLACK:g} x {per_shard} for each of the {at + 1} shard(s) of "
+                              f"{'group ' if c.group else ''}ranks 0 to {at} (five [{c.n}, {c.n}, {c.d}] products "
+                              "each): only those are visible to its queries",
+                     hint="every K/V shard from a later rank is fully masked for this rank's queries: skip the "
+                          "gradients for it (src > rank) whatever the shapes, the group or the values, instead of "
+                          "computing them and masking them away, and do no spare matmuls, with or without a mask")
+
+
 def test_ranks_finish(runs):
     """Every rank finishes: no deadlock, no error, no rank left waiting"""
     for world in WORLDS:
@@ -432,6 +462,7 @@ def test_skips_future_shards(runs):
                           "pass it (and its gradients) on")
         _compare_case(runs, world, "future_nan", ranks=range(world - 1))
         _check_unmasked_work(runs, world)
+        _check_causal_work(runs, world)
         check_future_work_skipped(runs, world, BY_NAME["plain"], BY_NAME["causal"], "the gradients")
 
 
@@ -457,13 +488,14 @@ def test_inputs_unchanged(runs):
     """q, k, v, o, lse and do are left unchanged"""
     finished = False
     for world in WORLDS:
-        for case in _completed(runs, world):
+        # Every finished case, the explicit groups too (there, only the group's members take part).
+        for c in (c for c in cases_in(CASES, world) if not runs.problem(world, c.name)):
             finished = True
-            for rank in range(world):
-                changed = runs.done(world, rank, case).get("changed")
+            for rank in group_ranks(c, world):
+                changed = runs.done(world, rank, c.name).get("changed")
                 if changed:
                     fail(f"rank {rank}'s {' and '.join(changed)} changed during the call (W = {world})",
-                         called=BY_NAME[case].call(world, rank), got=f"{', '.join(changed)} overwritten",
+                         called=c.call(world, rank), got=f"{', '.join(changed)} overwritten",
                          expected="the inputs as they were passed in",
                          hint="receive into buffers of your own (torch.empty_like) and accumulate into fresh "
                               "tensors: the caller still owns its shards")
