@@ -37,8 +37,8 @@ def online_softmax(x, block_size):
     """Softmax along the last axis of x, 1-D [n] or 2-D [rows, n], streaming the statistics.
 
     Read `block_size` columns at a time to build m and l for every row (the last
-    block may be shorter), then return exp(x - m) / l, same shape as x.
-    Must stay finite for logits of any magnitude (1e4, -1e4, -1e300); -inf entries get probability 0.
+    block may be shorter), then return exp(x - m) / l, same shape as x; leave x unchanged.
+    Must stay finite for logits of any magnitude (1e4, -1e4, -1e300, -1e308); -inf entries get probability 0.
     Keep l a plain float64 running sum (one addition per block, or per term): the checks read its
     rounding, so a wider (longdouble), compensated (Kahan) or log-domain sum reads as one-shot.
 
