@@ -71,9 +71,10 @@ def quantize_reference(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch
 
 @triton.jit
 def _quantize_kernel(X, Y, SCALE, sxb, sxh, sxs, syb, syr, syd, H, S, NB,
-                     BLOCK: tl.constexpr, D: tl.constexpr, TOP: tl.constexpr, ROUND_FIRST: tl.constexpr):
+                     BLOCK: tl.constexpr, D: tl.constexpr, TOP: tl.constexpr, ROUND_FIRST: tl.constexpr,
+                     WGMMA_ORDER: tl.constexpr):
     """One block of BLOCK rows of one head: its scale (largest |x| / TOP) and its e4m3 values,
-    stored at Y + row·syr + column·syd (syd ≠ 1: transposed)."""
+    stored at Y + row·syr + column·syd (syd ≠ 1: transposed), rows placed for gluon_fwd if asked."""
     blk = tl.program_id(0)
     off_hz = tl.program_id(1)
     rows = blk * BLOCK + tl.arange(0, BLOCK)
@@ -85,13 +86,25 @@ def _quantize_kernel(X, Y, SCALE, sxb, sxh, sxs, syb, syr, syd, H, S, NB,
     y = x / scale
     if ROUND_FIRST:
         y = _e4m3_rounded(y)
+    if WGMMA_ORDER:
+        rows = _wgmma_key_position(rows)
     tl.store(Y + off_hz * syb + rows[:, None] * syr + dims[None, :] * syd, y.to(tl.float8e4nv), mask=inside)
     tl.store(SCALE + off_hz * NB + blk, scale)
 
 
-def quantize(x: torch.Tensor, block: int, transpose: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+@triton.jit
+def _wgmma_key_position(r):
+    """Where row r goes among the keys of its 32 for gluon_fwd's FP8 P·V: bits b q1 q0 of r (8, 4,
+    2) become q1 q0 b, the order in which P's columns reach the e4m3 wgmma without moving between
+    threads (gluon_fwd._operand)."""
+    return (r & ~15) | ((r & 6) << 1) | ((r >> 2) & 2) | (r & 1)
+
+
+def quantize(x: torch.Tensor, block: int, transpose: bool = False,
+             wgmma_order: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """As quantize_reference, in one read of x (any strides with a unit last one) and one write;
-    transpose: the e4m3 copy laid out [B, H, D, S] (returned as that tensor)."""
+    transpose: the e4m3 copy laid out [B, H, D, S] (returned as that tensor); wgmma_order: rows
+    placed as gluon_fwd's FP8 kernel reads V (_wgmma_key_position; S a multiple of 32)."""
     B, H, S, D = x.shape
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -100,7 +113,7 @@ def quantize(x: torch.Tensor, block: int, transpose: bool = False) -> tuple[torc
     scale = torch.empty((B, H, n), dtype=torch.float32, device=x.device)
     row_stride, col_stride = (1, S) if transpose else (D, 1)
     _quantize_kernel[(n, B * H)](x, y, scale, *x.stride()[:3], S * D, row_stride, col_stride, H, S, n,
-                                 BLOCK=block, D=D, TOP=E4M3_MAX, ROUND_FIRST=interpreting(),
+                                 BLOCK=block, D=D, TOP=E4M3_MAX, ROUND_FIRST=interpreting(), WGMMA_ORDER=wgmma_order,
                                  num_warps=8 if block * D >= 8192 else 4)
     return y, scale
 
@@ -193,7 +206,8 @@ def _fp8_fwd_kernel(Q, K, VT, QS, KS, VC, VOUT, O, LSE,
 
 
 class Quantized:
-    """q, k and v in e4m3 with their scales, v transposed, for one kernel (cfg: its Gluon config,
+    """q, k and v in e4m3 with their scales, v transposed (for a Gluon config, its keys
+    placed by _wgmma_key_position), for one kernel (cfg: its Gluon config,
     None for the Triton kernel): what the kernel reads. Built once per input by `prepare`, so a
     benchmark can time the kernel apart from the quantisation."""
 
@@ -222,7 +236,7 @@ def prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool = Fa
         q, k = incoherent(q, k)
     q8, qs = quantize(q, block_m)
     k8, ks = quantize(k, block_n)
-    vt8, vs = quantize(v, block_n, transpose=True)
+    vt8, vs = quantize(v, block_n, transpose=True, wgmma_order=cfg is not None)
     return Quantized(q8, qs, k8, ks, vt8, *fold_v_scales(vs), dtype, shape, cfg)
 
 

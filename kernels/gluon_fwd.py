@@ -217,10 +217,44 @@ def _softmax_step(s, m_i, l_i, qk_scale, vc, j, row0, MASK: gl.constexpr, s_layo
 
 
 @gluon.jit
-def _pv(p_op, v_smem, slot, acc, FP8: gl.constexpr):
-    """Issue acc += P·V_slot. FP8 wgmma reads both operands K-major: V is held transposed."""
+def _operand(p, p_layout: gl.constexpr, dtype: gl.constexpr, FP8: gl.constexpr):
+    """P (fp32, in the score tile's layout) rounded to dtype, as _pv takes it. bf16: the P·V
+    operand itself (both layouts hold the same columns in each thread). FP8: a thread of the score
+    tile holds columns 8i + 2t and 8i + 2t + 1 (t = lane % 4) while the e4m3 operand wants 4
+    adjacent k per thread; instead of moving bytes between threads, P's columns are renumbered
+    within each 32 (bits b q1 q0 → q1 q0 b), which makes the conversion a relabelling of
+    registers, and V's keys are stored in the same order (fp8.quantize). Each pair of values then
+    rounds into one 16-bit word: P is carried to the next block's P·V as those words, since
+    e4m3 values carried one by one cost a byte unpack and repack per value."""
     if FP8:
-        return warpgroup_mma(p_op, v_smem.index(slot).permute((1, 0)), acc, is_async=True)
+        BM: gl.constexpr = p.shape[0]
+        N: gl.constexpr = p.shape[1]
+        p = gl.reshape(gl.permute(gl.reshape(p, [BM, N // 32, 2, 2, 4, 2]), [0, 1, 2, 4, 3, 5]), [BM, N])
+        even, odd = gl.split(gl.reshape(gl.convert_layout(p, p_layout), [BM, N // 4, 2, 2]))
+        x0, x2 = gl.split(even)
+        x1, x3 = gl.split(odd)
+        op = gl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
+            "mov.b32 $0, {lo, hi}; }", "=r,r,r,r,r", [x0, x1, x2, x3], dtype=gl.int32, is_pure=True, pack=1)
+    else:
+        op = gl.convert_layout(p.to(dtype), p_layout)
+    return op
+
+
+@gluon.jit
+def _pv(p_op, v_smem, slot, acc, p_layout: gl.constexpr, FP8: gl.constexpr):
+    """Issue acc += P·V_slot (P as _operand made it). FP8 wgmma reads both operands K-major: V is
+    held transposed."""
+    if FP8:
+        BM: gl.constexpr = p_op.shape[0]
+        N: gl.constexpr = p_op.shape[1] * 4
+        b0 = p_op.to(gl.int8).to(gl.float8e4nv, bitcast=True)
+        b1 = (p_op >> 8).to(gl.int8).to(gl.float8e4nv, bitcast=True)
+        b2 = (p_op >> 16).to(gl.int8).to(gl.float8e4nv, bitcast=True)
+        b3 = (p_op >> 24).to(gl.int8).to(gl.float8e4nv, bitcast=True)
+        p4 = gl.permute(gl.join(gl.join(b0, b1), gl.join(b2, b3)), [0, 1, 3, 2])
+        p8 = gl.convert_layout(gl.reshape(p4, [BM, N]), p_layout)
+        return warpgroup_mma(p8, v_smem.index(slot).permute((1, 0)), acc, is_async=True)
     else:
         return warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
 
@@ -251,7 +285,7 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
     if PINGPONG:  # the first warpgroup's first wait passes on the fresh barrier
         mbarrier.wait(my_turn, (turn & 1) ^ FIRST)
     s_tok = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    o_tok = _pv(p_op, v_smem, prev, acc, FP8)
+    o_tok = _pv(p_op, v_smem, prev, acc, p_layout, FP8)
     if PINGPONG:
         mbarrier.arrive(other_turn, count=1)
     s = warpgroup_mma_wait(1, deps=[s_tok])  # S_j is done; P_{j-1} V_{j-1} may still run
@@ -259,7 +293,7 @@ def _block(j, c, turn, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem, k_ready, v_r
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1} and V_{j-1} are no longer read here
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    return acc, m_i, l_i, gl.convert_layout(p.to(p_op.dtype), p_layout)
+    return acc, m_i, l_i, _operand(p, p_layout, q_tile.dtype, FP8)
 
 
 @gluon.jit
@@ -320,7 +354,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
                               is_async=True)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, qk, vc, 0, row0, CAUSAL, s_layout, BM, BLOCK_N, FP8)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        p_op = _operand(p, p_layout, dtype, FP8)
         # blocks every row sees in full, then (causal) the blocks on the diagonal, masked
         for j in range(1, gl.maximum(n_full, 1)):
             acc, m_i, l_i, p_op = _block(j, c + j, turn + j - 1, acc, m_i, l_i, p_op, q_tile, k_smem, v_smem,
@@ -338,7 +372,7 @@ def _consumer(q_smem, o_smem, o_desc, k_smem, v_smem, q_bar, q_empty, k_ready, v
                 mbarrier.arrive(other_turn, count=1)
         last = c + mine - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-        o_tok = _pv(p_op, v_smem, last % STAGES, acc, FP8)
+        o_tok = _pv(p_op, v_smem, last % STAGES, acc, p_layout, FP8)
         acc = warpgroup_mma_wait(0, deps=[o_tok])
         mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
         for r in range(c + mine, c + n_blocks):  # skipped: release each slot once loaded, not before

@@ -86,6 +86,18 @@ def emulated(q, k, v, causal, bm=None, bn=None):
     return acc * top / fp8.P_SCALE / torch.where(l > 0, l, 1.0)[..., None]
 
 
+def test_cpu_gluon_key_order_matches_the_renumbered_p():
+    """gluon_fwd's FP8 kernel renumbers P's columns within each 32 (_operand's reshape and permute,
+    done here in torch) and reads V quantised with wgmma_order: P·V must come out unchanged."""
+    v = torch.randn(1, 1, 128, 16)
+    vt8, _ = fp8.quantize(v, 64, transpose=True)
+    placed, _ = fp8.quantize(v, 64, transpose=True, wgmma_order=True)
+    assert not torch.equal(placed.float(), vt8.float())  # the order does move keys
+    p = torch.randn(8, 128)
+    renumbered = p.reshape(8, 4, 2, 2, 4, 2).permute(0, 1, 2, 4, 3, 5).reshape(8, 128)
+    assert torch.allclose(renumbered @ placed[0, 0].float().T, p @ vt8[0, 0].float().T, atol=1e-4)
+
+
 def test_cpu_quantize_scales_each_block_by_its_own_largest_value():
     """Every block's largest |x| maps to 448 (e4m3's largest finite value), the rest within e4m3's
     rounding (a relative half-step of 2^-4), and an outlier in one block leaves the others' scales
@@ -145,8 +157,8 @@ def test_cpu_fp8_rejects_a_kernel_that_skips_a_scale(monkeypatch):
     assert rel_err(flash_attention_fp8(q, k, v), want) < 2e-3
     real_quantize, real_fold = fp8.quantize, fp8.fold_v_scales
 
-    def v_unscaled(x, block, transpose=False):
-        x8, scale = real_quantize(x, block, transpose)
+    def v_unscaled(x, block, transpose=False, wgmma_order=False):
+        x8, scale = real_quantize(x, block, transpose, wgmma_order)
         return x8, torch.ones_like(scale) if transpose else scale
 
     monkeypatch.setattr(fp8, "quantize", v_unscaled)
@@ -245,7 +257,7 @@ for d in (64, 128):
         if not fp8 and i and not cfg["PERSISTENT"]:  # bf16: the first and the persistent (two Q buffers)
             continue
         ptx = compile_gluon_forward(cfg, d, True, fp8).asm["ptx"]
-        print(d, i, sorted(set(re.findall(r"wgmma\.mma_async\S*", ptx))), ptx.count("st.shared"))
+        print(d, i, sorted(set(re.findall(r"wgmma\.mma_async\S*", ptx))), ptx.count("prmt"), ptx.count("st.shared"))
 '''
 
 
@@ -255,9 +267,10 @@ for d in (64, 128):
 def test_cpu_gluon_forward_compiles_for_hopper(kind):
     """gluon_fwd's warp-specialised forward, compiled for sm_90 with the installed Triton: with
     FP8=True, every candidate config has matmuls that are e4m3 wgmma, and P goes from the score
-    accumulator to the next matmul's operand in registers (byte permutes and shuffles, no
-    round trip through shared memory: the kernel's only shared stores are O's, one per
-    partition); the bf16 kernel (FP8=False) still compiles to bf16 wgmma."""
+    accumulator to the next matmul's operand in the registers it was computed in: no round trip
+    through shared memory (the kernel's only shared stores are O's, one per partition) and no byte
+    permutes (gluon_fwd._operand; before it, 192-1152 of them per kernel); the bf16 kernel
+    (FP8=False) still compiles to bf16 wgmma."""
     import subprocess
     import sys
 
@@ -271,7 +284,8 @@ def test_cpu_gluon_forward_compiles_for_hopper(kind):
     for line in lines:
         if kind == "fp8":
             assert "e4m3.e4m3" in line and "bf16" not in line, line
-            assert int(line.rsplit(" ", 1)[1]) <= 4, line  # O's stores only (up to 3 partitions)
+            prmt, stores = map(int, line.rsplit(" ", 2)[1:])
+            assert prmt == 0 and stores <= 4, line  # O's stores only (up to 3 partitions)
         else:
             assert "bf16.bf16" in line and "e4m3" not in line, line
 
