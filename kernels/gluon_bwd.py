@@ -35,7 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .common import LOG2E
 from .fastlaunch import FastLaunch
-from .gluon_common import TILE, _descriptor, _origin, _tma_load, _tma_store
+from .gluon_common import TILE, _cta_barrier, _descriptor, _origin, _tma_load, _tma_store
 from .gluon_common import applicable as _forward_scope
 
 
@@ -70,12 +70,15 @@ def _query_blocks(start_n, n_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CA
 
 
 @gluon.jit
-def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
-                 b, hk, start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
+def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar,
+                 ready, empty, LSE2, DELTA, b, hk, start_n, G, H, SQ, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb,
+                 skh, sks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PARTS: gl.constexpr,
                  CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
     """One warp: this program's K and V once, then every (query head of the group, query block)
-    Q and dO into slot it % STAGES, in the order the consumers take them."""
+    Q and dO into slot it % STAGES, in the order the consumers take them, with the block's rows
+    of LSE and Δ: the consumers' matmuls start from those, so they wait on shared memory, not on
+    a load from L2 at the top of every step (the producer runs STAGES slots ahead)."""
+    rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     BNP: gl.constexpr = BLOCK_N // PARTS
     kv_row, kv_col = _origin(b, hk, skb, skh, sks)
     mbarrier.expect(kv_bar, 2 * PARTS * k_desc.block_type.nbytes)
@@ -88,10 +91,17 @@ def _kv_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sme
         h = hk * G + g
         q_row, q_col = _origin(b, h, sqb, sqh, sqs)
         do_row, do_col = _origin(b, h, sdob, sdoh, sdos)
+        row_base = (b * H + h) * SQ
         for t in range(first, n_m):
             i = n_m - 1 - (t - first) if REVERSE else t
             slot = it % STAGES
+            rows = row_base + i * BLOCK_M + gl.arange(0, BLOCK_M, layout=rows_layout)
+            lse = gl.load(LSE2 + rows)
+            delta = gl.load(DELTA + rows)
             mbarrier.wait(empty.index(slot), ((it // STAGES) & 1) ^ 1)  # fresh barriers pass once
+            lse_smem.index(slot).store(lse)
+            delta_smem.index(slot).store(delta)
+            _cta_barrier()  # every lane's rows are written before one lane's arrival releases them
             mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             _tma_load(q_desc, [q_row + i * BLOCK_M, q_col], ready.index(slot), q_smem.index(slot))
             _tma_load(do_desc, [do_row + i * BLOCK_M, do_col], ready.index(slot), do_smem.index(slot))
@@ -121,7 +131,7 @@ def _fresh(x):
 
 
 @gluon.jit
-def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero,
+def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, lse_smem, delta_smem, ready, empty, kcols, s_zero,
              qk_scale, inv_scale, MASK: gl.constexpr, s_layout: gl.constexpr, op_layout: gl.constexpr,
              BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
     """Query block i (ring position it) against this partition's keys: four matmuls, two of them
@@ -132,14 +142,16 @@ def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_p
     do_tile = do_smem.index(slot)
     # The accumulators start at -LSE / scale and -Δ, so the matmuls subtract them: no LSE or Δ
     # registers stay live across the waits (at D = 128 they made the consumers spill).
-    qrows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    st_init = _fresh(s_zero - gl.expand_dims(gl.load(lse_ptr + qrows) * inv_scale, 0))  # lse is base 2
-    dpt_init = _fresh(s_zero - gl.expand_dims(gl.load(delta_ptr + qrows), 0))
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    lse = lse_smem.index(slot).load(col_layout)
+    st_init = _fresh(s_zero - gl.expand_dims(lse * inv_scale, 0))  # lse is base 2
+    dpt_init = _fresh(s_zero - gl.expand_dims(delta_smem.index(slot).load(col_layout), 0))
     st_tok = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_init, is_async=True)
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute((1, 0)), dpt_init, is_async=True)
     st = warpgroup_mma_wait(1, deps=[st_tok])  # Sᵀ - LSE / scale done; dPᵀ - Δ may still run
     pt = gl.exp2(st * qk_scale)
     if MASK:
+        qrows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         pt = gl.where(gl.expand_dims(kcols, 1) <= gl.expand_dims(qrows, 0), pt, 0.0)
     pt_op = gl.convert_layout(pt.to(q_tile.dtype), op_layout)
     dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
@@ -152,7 +164,7 @@ def _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_p
 
 
 @gluon.jit
-def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA,
+def _kv_consumer(k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bar, ready, empty, dk_desc, dv_desc,
                  b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale,
                  PART: gl.constexpr, PARTS: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr):
@@ -174,27 +186,24 @@ def _kv_consumer(k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc,
     mbarrier.wait(kv_bar, 0)
     it = 0
     for g in range(G):  # the query heads of the group, one after the other: a fixed summation order
-        h = hk * G + g
-        lse_ptr = LSE2 + (b * H + h) * SQ
-        delta_ptr = DELTA + (b * H + h) * SQ
         if REVERSE:  # from the last query block down: a head's programs all start on the same block
             for t in range(gl.maximum(first, unmasked), n_m):
                 dk, dv = _kv_step(it, n_m - 1 - t + gl.maximum(first, unmasked), dk, dv, k_tile, v_tile, q_smem,
-                                  do_smem, ready, empty, lse_ptr, delta_ptr, kcols, s_zero, qk_scale, inv_scale, False,
+                                  do_smem, lse_smem, delta_smem, ready, empty, kcols, s_zero, qk_scale, inv_scale, False,
                                   s_layout, op_layout, BLOCK_M, STAGES)
                 it += 1
             for t in range(first, unmasked):  # causal: the blocks on the diagonal
-                dk, dv = _kv_step(it, unmasked - 1 - t + first, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty,
-                                  lse_ptr, delta_ptr, kcols, s_zero, qk_scale, inv_scale, True, s_layout, op_layout,
+                dk, dv = _kv_step(it, unmasked - 1 - t + first, dk, dv, k_tile, v_tile, q_smem, do_smem, lse_smem,
+                                  delta_smem, ready, empty, kcols, s_zero, qk_scale, inv_scale, True, s_layout, op_layout,
                                   BLOCK_M, STAGES)
                 it += 1
         else:
             for i in range(first, unmasked):  # causal: the blocks on the diagonal
-                dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr,
+                dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, lse_smem, delta_smem, ready, empty,
                                   kcols, s_zero, qk_scale, inv_scale, True, s_layout, op_layout, BLOCK_M, STAGES)
                 it += 1
             for i in range(gl.maximum(first, unmasked), n_m):
-                dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, ready, empty, lse_ptr, delta_ptr,
+                dk, dv = _kv_step(it, i, dk, dv, k_tile, v_tile, q_smem, do_smem, lse_smem, delta_smem, ready, empty,
                                   kcols, s_zero, qk_scale, inv_scale, False, s_layout, op_layout, BLOCK_M, STAGES)
                 it += 1
     # every matmul reading K and V is done: dK and dV leave through their buffers
@@ -228,17 +237,21 @@ def _bwd_kv_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE2, DELT
     v_smem = gl.allocate_shared_memory(dtype, [PARTS, BNP, D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, D], do_desc.layout)
+    rows_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])  # per slot: one row
+    gl.static_assert(STAGES <= 4)  # one row of LSE and of Δ per ring slot; shapes are powers of two
+    lse_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], rows_smem)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [4, BLOCK_M], rows_smem)
     kv_bar, ready, empty = _barriers(STAGES, PARTS)
     gl.warp_specialize([
-        (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
-                        start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M, BLOCK_N,
-                        STAGES, CAUSAL, REVERSE)),
-        (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty, dk_desc, dv_desc, LSE2, DELTA, b, hk,
-                        start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 1, 2, D, BLOCK_M, BLOCK_N,
-                        STAGES, CAUSAL, REVERSE)),
-        (_kv_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
-                        start_n, G, H, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb, skh, sks, BLOCK_M, BLOCK_N, STAGES,
-                        PARTS, CAUSAL, REVERSE)),
+        (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bar, ready, empty, dk_desc, dv_desc,
+                        b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 0, 2, D, BLOCK_M,
+                        BLOCK_N, STAGES, CAUSAL, REVERSE)),
+        (_kv_consumer, (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, kv_bar, ready, empty, dk_desc, dv_desc,
+                        b, hk, start_n, G, H, SQ, n_m, sdkb, sdkh, sdks, qk_scale, sm_scale, 1, 2, D, BLOCK_M,
+                        BLOCK_N, STAGES, CAUSAL, REVERSE)),
+        (_kv_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, lse_smem, delta_smem, kv_bar,
+                        ready, empty, LSE2, DELTA, b, hk, start_n, G, H, SQ, n_m, sqb, sqh, sqs, sdob, sdoh, sdos, skb,
+                        skh, sks, BLOCK_M, BLOCK_N, STAGES, PARTS, CAUSAL, REVERSE)),
     ], [4, 1], [240, 24])  # consumer 2, producer: registers each (the first takes the rest)
 
 

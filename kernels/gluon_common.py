@@ -21,9 +21,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .common import host_ok, is_hopper
 
-# TMA copies under their Triton 3.6 names, or the names later Tritons gave them (3.9 removed the old)
+# TMA copies and the CTA barrier under their Triton 3.6 names, or the names later Tritons gave them
+# (3.9 removed the old)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 TILE = 128  # Sq and Sk are multiples of it: every BLOCK_N divides it, every BLOCK_M but 192 (gluon_fwd._first_row)
 HEAD_DIMS = (64, 128)
