@@ -54,7 +54,8 @@ def _errno_of(call) -> int:
 
 def test_hidden_memory_refused_threads_kept():
     """A rank keeps threads (gloo's, torch's) but gets no process, memfd, socketpair, System V
-    segment or madvise page-out: what it holds stays in its own resident memory."""
+    segment, pipe or message queue, or madvise page-out: what it holds stays in its own resident
+    memory."""
     libc = ctypes.CDLL(None, use_errno=True)
 
     def body():
@@ -67,17 +68,24 @@ def test_hidden_memory_refused_threads_kept():
             if libc.shmget(0, 1 << 20, 0o1600) < 0:  # IPC_PRIVATE, IPC_CREAT | 0600
                 raise OSError(ctypes.get_errno(), "shmget")
 
+        def msgget():
+            if libc.msgget(0, 0o1600) < 0:  # IPC_PRIVATE, IPC_CREAT | 0600
+                raise OSError(ctypes.get_errno(), "msgget")
+
         return {"thread": seen == [1],
                 "fork": _errno_of(os.fork),
                 "memfd": _errno_of(lambda: os.memfd_create("x")),
                 "socketpair": _errno_of(socket.socketpair),
                 "shmget": _errno_of(shmget),
+                "pipe": _errno_of(os.pipe),
+                "msgget": _errno_of(msgget),
                 "pageout": _errno_of(lambda: mmap.mmap(-1, 4096).madvise(21)),
                 "dontneed": _errno_of(lambda: mmap.mmap(-1, 4096).madvise(mmap.MADV_DONTNEED))}
 
     got = _in_child(body)
     assert got == {"thread": True, "fork": errno.EACCES, "memfd": errno.EACCES, "socketpair": errno.EACCES,
-                   "shmget": errno.EACCES, "pageout": errno.EACCES, "dontneed": 0}
+                   "shmget": errno.EACCES, "pipe": errno.EACCES, "msgget": errno.EACCES, "pageout": errno.EACCES,
+                   "dontneed": 0}
 
 
 def test_metadata_and_keyrings_refused(tmp_path):

@@ -10,8 +10,8 @@ x86_64, where sockets go through socketcall) kill the process.
 Standard library only: 06's ring harness runs a copy of this file inside the sandbox and
 applies the filter in each rank once gloo's own connections are made, then a second one
 (`deny_hidden_memory`) so that what a rank holds is in its own resident memory, where the
-kernel counts its peak: no new process, no memfd or System V segment, no socketpair buffers,
-no pages pushed out with madvise.
+kernel counts its peak: no new process, no memfd or System V segment, no socketpair or pipe buffers,
+no message queue, no pages pushed out with madvise or process_madvise.
 """
 
 from __future__ import annotations
@@ -54,9 +54,14 @@ _IOCTL_DENIED = (0x40086602, 0x40046602,  # FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS
 _ARG1 = 24  # the low word of args[1], an ioctl's command
 _X32_BIT = 0x40000000
 # Places a rank could keep data outside its own resident memory (see deny_hidden_memory):
+# Pipe buffers and message queues are kernel memory too: a rank that fills hundreds of pipes
+# (or System V / POSIX queues) holds every gathered shard there at no cost to its resident peak.
+# process_madvise pages out as madvise does.
 _HIDING = {"x86_64": {"fork": 57, "vfork": 58, "clone3": 435, "memfd_create": 319, "memfd_secret": 447,
-                      "socketpair": 53, "shmget": 29},
-           "aarch64": {"clone3": 435, "memfd_create": 279, "memfd_secret": 447, "socketpair": 199, "shmget": 194}}
+                      "socketpair": 53, "shmget": 29, "pipe": 22, "pipe2": 293, "msgget": 68, "mq_open": 240,
+                      "process_madvise": 440},
+           "aarch64": {"clone3": 435, "memfd_create": 279, "memfd_secret": 447, "socketpair": 199, "shmget": 194,
+                       "pipe2": 59, "msgget": 186, "mq_open": 180, "process_madvise": 440}}
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _MADVISE = {"x86_64": 28, "aarch64": 233}
 _CLONE_THREAD, _MADV_COLD, _MADV_PAGEOUT = 0x10000, 20, 21
