@@ -67,3 +67,14 @@ def within_noise(round_trip_ms: float, transfer_ms: float) -> bool:
     """Whether the transfer is over half the round trip: the difference is then within its noise
     (seen on an H200: 1-5 ms of kernel in 60-120 ms of transfer)."""
     return transfer_ms > 0.5 * round_trip_ms
+
+
+def require_judged(judged_rows: int) -> None:
+    """Skip a speed check none of whose sizes stood out of the transfer's noise: a pass there
+    would claim a speed that was never measured (seen on an H100: every row of a kernel at
+    0.07-0.32x the reference was in noise)."""
+    if not judged_rows:
+        import pytest  # the grader's checks run under pytest; this module is imported outside it too
+
+        pytest.skip("speed not judged: at every size the transfer was over half the round trip, so your "
+                    "kernel's own time was within its noise (see the table)")

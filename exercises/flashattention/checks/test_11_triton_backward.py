@@ -860,6 +860,7 @@ def test_speed(sub, mode):
     ceilings = sol.ceilings()
     note("ceilings measured in this run: " + ceilings.describe())
     slow, impossible = [], []
+    judged = 0  # rows out of the transfer's noise
     calibration = _null_subject(sub)
     try:
         for B, H, S, D, causal in SPEED_CASES:
@@ -901,21 +902,25 @@ def test_speed(sub, mode):
             sub._subject.close()
             figures["yours"] = max(round_trip - transfer, 1e-3)
             rate = {n: backward_tflops(B, H, S, D, causal, ms) if ms else None for n, ms in figures.items()}
+            in_noise = roundtrip.within_noise(round_trip, transfer)
+            if in_noise:  # no figure of yours to show or compare
+                rate["yours"] = None
 
             def ratio(a, b):
                 return f"{rate[a] / rate[b]:.2f}" if rate[a] and rate[b] else "n/a"
 
-            cells = " | ".join(f"{rate[n]:.3g}" if rate[n] else "n/a" for n in figures)
+            cells = " | ".join(f"{rate[n]:.3g}" if rate[n] else ("in noise" if n == "yours" else "n/a")
+                               for n in figures)
             note(f"{B} {H} {S} {D} {'yes' if causal else 'no'} | {cells} | {ratio('yours', 'reference')} | "
                  f"{ratio('yours', 'SDPA cuDNN')}")
             note(f"  round trip {round_trip:.3g} ms, of which transfer and forward {transfer:.3g} ms (calibrated)")
-            in_noise = roundtrip.within_noise(round_trip, transfer)
             light, too_fast = sol.check_row(ceilings, figures, shape, causal, yours_judged=not in_noise, backward=True)
             if light:
                 note(light)
             if in_noise:
                 note("  (transfer dominates the round trip: this row's figure is not reliable and is not judged)")
                 continue
+            judged += 1
             if too_fast:
                 impossible.append(too_fast)
                 continue
@@ -924,6 +929,7 @@ def test_speed(sub, mode):
                             f"reference {rate['reference']:.3g} TFLOP/s")
     finally:
         calibration._subject.close()
+    roundtrip.require_judged(judged)
     if impossible:
         fail("your backward was timed faster than this GPU's speed of light: a measurement error or a forged "
              "timing, never a pass", called=f"flash_attention_backward on {dtype} inputs at the sizes below",
