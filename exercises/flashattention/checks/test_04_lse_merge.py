@@ -298,6 +298,15 @@ def test_both_empty(sub, rng):
     zeros, none = np.zeros((n, d)), np.full(n, -np.inf)
     check_merge(sub, zeros, none, zeros, none, zeros, none)
     check_many(sub, [(zeros, none)] * 3, zeros, none)
+    # merge_many on the same mixed rows, as 2 and as 4 parts: rows 1 and 3 are empty in every part
+    # while the other rows are not (a path for 3 or more parts that clamps the total mass before
+    # its log gives those rows a finite L; only an all-empty input took the special case above).
+    check_many(sub, [(O1, L1), (O2, L2)], *want)
+    O3, L3 = np.zeros((n, d)), np.full(n, -np.inf)
+    L3[[0, 2]] = rng.normal(size=2)
+    O3[[0, 2]] = rng.normal(size=(2, d))
+    four = [(O2, L2), (zeros, none), (O1, L1), (O3, L3)]
+    check_many(sub, four, *_merged_reference(four))
 
 
 def test_many_order(sub, rng):
