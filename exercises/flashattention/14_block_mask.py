@@ -28,7 +28,9 @@ dtype, not float) with Tr = ceil(sq / Br), Tc = ceil(sk / Bc). Never build an sq
 each tile from its own rows and keys (the checks measure your peak memory at sq = sk = 8192).
 
 masked_flash_forward(...) is exercise 03's forward under that mask, returning (O, L):
-scores only for tiles of kind 1 and 2, the mask only on kind 1. A row that sees no key
+scores only for tiles of kind 1 and 2, the mask only on kind 1 (no np.where over a full
+tile's scores or probabilities, not even a guard such as np.where(np.isfinite(s), ...): a
+full tile has no masked score, so such a guard does nothing there). A row that sees no key
 gets O = 0 and L = -inf, with no NaN and no numpy warning. It never holds an sq×sk array,
 nor the scores of a query block against all its visible keys at once: one [Br, Bc] tile of
 scores at a time, combined by the online softmax. Neither function writes into its inputs

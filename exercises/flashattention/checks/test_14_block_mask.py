@@ -611,4 +611,5 @@ def test_full_tiles_unmasked(sub, rng, case):
          expected=f"masks on partial tiles (kind 1) only; the {full} full tiles (kind 2) use their scores as they are",
          hint=("the mask was built and applied for every tile that is not empty: check the tile's kind first, "
                "and skip the mask (and building it) when the kind is 2; that is what makes full tiles as cheap as "
-               "unmasked attention"))
+               "unmasked attention. A guard such as np.where(np.isfinite(s), np.exp(s - m), 0) counts too: a full "
+               "tile has no masked score, so leave the guard to partial tiles"))
