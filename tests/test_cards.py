@@ -742,3 +742,12 @@ def test_the_canon_cards_are_linked_to_the_exercises_that_practise_them(deck):
         assert card_id in listed[exercise_id], (exercise_id, card_id)
     linked = set().union(*listed.values())
     assert len([card for card in _canon(deck) if card.id in linked]) >= 40
+
+
+def test_the_fp8_key_order_card_quotes_its_table(deck):
+    # The card's instruction counts and ratios come from one BENCHMARKS.md table: keep them in step.
+    card = next(c for c in deck.cards if c.id == "fp8-p-layout-by-key-order")
+    body = next(text for title, text in _benchmark_sections().items() if title.startswith("FP8 P as packed words"))
+    for figure in ("708", "465", "1.20–1.47", "1.38–1.47"):
+        assert figure in card.answer_text("en") and figure in card.answer_text("zh"), figure
+        assert figure in body, figure
