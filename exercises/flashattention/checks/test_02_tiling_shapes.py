@@ -10,8 +10,9 @@ KEYS = ("Q_i", "K_j", "V_j", "S_ij", "P_ij", "O_i", "m_i", "l_i", "L")
 
 # (M in elements, d): ragged M (not a multiple of 4d) included; M = 116736 is an
 # H100/H200-sized 228 KB of shared memory holding 2-byte elements.
+# The last three give Br = d above 128 (M >= 4d^2): Br is capped at d and at nothing else.
 SRAM_GRID = [(16384, 64), (116736, 128), (116736, 64), (100000, 128), (1000, 64), (4096, 32), (65537, 16),
-             (12, 1), (2048, 256)]
+             (12, 1), (2048, 256), (300000, 256), (100001, 150), (4 * 1024 * 1024, 1024)]
 SHAPE_GRID = [(1024, 64, 128, 64), (1000, 64, 64, 64), (100, 128, 128, 32), (7, 16, 16, 16), (4097, 32, 48, 80),
               (1, 8, 4, 4)]
 SHAPE_PARAMS = [pytest.param(*v, id=f"s={v[0]} d={v[1]} Br={v[2]} Bc={v[3]}") for v in SHAPE_GRID]
@@ -59,6 +60,8 @@ def test_block_sizes(sub):
             hint = "Br and Bc are swapped: the function returns (Br, Bc), and Br is the one capped at d"
         elif got == (bc, bc):
             hint = "Br must be capped at d: Br = min(ceil(M / (4d)), d)"
+        elif got[1] == bc and got[0] < want[0]:
+            hint = "Br is capped at d and nothing else (no fixed limit such as 128 rows): Br = min(ceil(M / (4d)), d)"
         fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {want}", hint=hint)
 
 
@@ -82,23 +85,32 @@ def test_num_blocks(sub, s):
 def test_huge_sizes_exact(sub):
     """Sizes far past any GPU's, a remainder of 1 key or byte over a huge block: ceilings and traffic stay exact"""
     # Past 2**53 a float cannot hold the size itself (math.ceil(a / b) rounds a first); past 2**63
-    # np.int64 cannot either. Python ints are exact at any size.
+    # np.int64 cannot either, past 2**64 nor can np.longdouble, and a decimal.Decimal keeps 28 digits
+    # (10**40 + 1 is past both). Python ints are exact at any size.
     for s, Br, Bc in [(20_001, 20_000, 20_000), (10**9 + 1, 10**6, 999_983), (2**40 + 1, 2**20, 2**40),
-                      (2**60 + 1, 2, 2), (2**62 + 1, 2**31, 3), (2**70 + 1, 2**35, 2**69)]:
+                      (2**60 + 1, 2, 2), (2**62 + 1, 2**31, 3), (2**70 + 1, 2**35, 2**69),
+                      (10**40 + 1, 10**20, 10**39)]:
         call = Call("num_blocks", f"s={s}, Br={Br}, Bc={Bc}")
         got = _ints(sub.num_blocks(s, Br, Bc), 2, call)
         want = (_ceil(s, Br), _ceil(s, Bc))
         if got != want:
             fail("wrong number of blocks", called=str(call), got=f"(Tr, Tc) = {got}", expected=f"(Tr, Tc) = {want}",
-                 hint="a ceiling made with floats (a / b plus a fudge, or rounding) misses a remainder this small: "
+                 hint="a ceiling made with floats (a / b plus a fudge, rounding, np.longdouble or a Decimal) misses a "
+                      "remainder this small: "
                       "use integers, -(-a // b)")
-    for M, d in [(4 * 4096 * 3 + 1, 4096), (4 * 8192 * 5 + 1, 8192), (2**63 + 1, 64)]:
+    for M, d in [(4 * 4096 * 3 + 1, 4096), (4 * 8192 * 5 + 1, 8192), (2**63 + 1, 64), (2**70 + 1, 64),
+                 (4 * 64 * 10**40 + 1, 64)]:
         call = Call("block_sizes", f"M={M}, d={d}")
         got = _ints(sub.block_sizes(M, d), 2, call)
         bc = _ceil(M, 4 * d)
         if got != (min(bc, d), bc):
             fail("wrong block sizes", called=str(call), got=f"(Br, Bc) = {got}", expected=f"(Br, Bc) = {(min(bc, d), bc)}",
-                 hint="a ceiling made with floats misses a remainder this small: use integers, -(-M // (4 * d))")
+                 hint="a ceiling made with floats (np.longdouble and Decimal too) misses a remainder this small: "
+                      "use integers, -(-M // (4 * d))")
+    # Shapes past 2**31 and 2**63: a shape held in np.int32 (or np.int64) wraps.
+    for s, d, Br, Bc in [(2**40 + 1, 2**31 + 3, 2**33 + 1, 2**32 + 5), (2**70 + 1, 3, 2**64 + 1, 2**63 + 7)]:
+        call, shapes = _shapes(sub, s, d, Br, Bc)
+        _compare_shapes(call, shapes, _expected_shapes(s, d, Br, Bc))
     # Few, huge blocks: a count made by walking the tiled loops stays quick.
     for s, d, Br, Bc in [(10**8 + 1, 128, 10**7, 10**7), (3 * 10**9 + 1, 128, 10**9, 10**9),
                          (2**50 + 1, 128, 2**48, 2**48)]:
