@@ -46,7 +46,8 @@ Every check watches which rows of c_kv and k_rope your code reads: rows 0 .. seq
 each once for all heads together, at most `block` rows at a time. Slice the arrays you
 are given (c_kv[lo:hi], or c_kv[lo:hi].copy() for a local tile): a conversion such as
 np.asarray(c_kv) or np.array(c_kv[lo:hi]), of the whole array or of a slice, hides the
-reads, and the checks then fail.
+reads, and the checks then fail; so does filling a buffer of your own with buf[:n] = c_kv[lo:hi]
+(np.copyto(buf[:n], c_kv[lo:hi]) is fine).
 
 Check your work:  drill check 13_mla_decode.py
 """
