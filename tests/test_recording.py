@@ -63,3 +63,41 @@ def test_methods_written_in_c_and_copies_see_the_values_not_the_placeholders():
     assert np.array_equal(copy.deepcopy(arr), real) and np.array_equal(copy.copy(arr), real)
     assert np.array_equal(arr.take([1, 4], axis=0), real[[1, 4]]) and arr.trace() == real.trace()
     assert not hasattr(arr, "_values")  # the values are not an attribute of the array
+
+
+def test_a_long_log_of_repeated_uses_comes_back_whole_and_costs_the_subject_little(tmp_path):
+    # 40k uses of 20 views: every use comes back, in order, while the log travels as its distinct
+    # entries and an index, so the memory measured around the call stays near the arrays' own.
+    from drill.grader.proxy import Subject
+
+    user = tmp_path / "uses.py"
+    user.write_text("import numpy as np\n"
+                    "def uses(c, n):\n"
+                    "    w = np.ones((2, 2))\n"
+                    "    for i in range(n):\n"
+                    "        b = c[(i % 20) * 10:(i % 20) * 10 + 10]\n"
+                    "        b @ w\n"
+                    "    return 0.0\n")
+    subject = Subject(user, ["uses"], scratch_root=tmp_path / "scratch", hidden=[], memory_mb=2048)
+    subject.start()
+    try:
+        outcome = subject.call("uses", [np.zeros((200, 2)), 40_000], {}, record={"0": ["c", "views"]},
+                               measure_memory=True)
+    finally:
+        subject.close()
+    assert len(outcome.reads) == 40_000
+    assert [tuple(r[:4]) for r in outcome.reads[:21]] == [("c", (i % 20) * 10, (i % 20) * 10 + 10, 10)
+                                                          for i in range(21)]
+    assert outcome.peak_bytes < 4 * 2**20, outcome.peak_bytes  # one list per use was ~10 MiB
+
+
+def test_a_read_record_that_does_not_decode_breaks_the_protocol():
+    import pytest
+
+    from drill.grader.proxy import SubjectGone, _unpacked_reads
+
+    assert _unpacked_reads(None) is None
+    for forged in ([["c", 0, 1, 1, "rows"]], {"entries": [["c", 0, 1, 1, "rows"]], "order": "AQAAAA=="},
+                   {"entries": [], "order": "not base64!"}, {"order": ""}):
+        with pytest.raises(SubjectGone, match="did not decode"):
+            _unpacked_reads(forged)

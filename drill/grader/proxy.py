@@ -14,6 +14,7 @@ tree before the caller reads what it left (`read_regular`, `load_array`).
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import select
@@ -50,6 +51,21 @@ class SubjectGone(Exception):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(reason)
+
+
+def _unpacked_reads(packed) -> list | None:
+    """subject._packed_reads undone: one [name, first row, past-the-last row, rows, kind] per access,
+    equal accesses sharing one list. A record that does not decode broke the protocol."""
+    if packed is None:
+        return None
+    try:
+        entries = [list(entry) for entry in packed["entries"]]
+        order = np.frombuffer(base64.b64decode(packed["order"], validate=True), dtype=np.int32)
+        if order.size and (int(order.min()) < 0 or int(order.max()) >= len(entries)):
+            raise ValueError("index out of range")
+        return [entries[i] for i in order.tolist()]
+    except (KeyError, TypeError, ValueError) as exc:  # binascii.Error is a ValueError
+        raise SubjectGone(f"the subject's record of reads did not decode ({exc})") from None
 
 
 @dataclass
@@ -249,7 +265,7 @@ class Subject:
         extra = {k: v for k, v in value.items() if k not in ("result", "args")} if helper else {}
         return Outcome(result=value.get("result"), warnings=list(reply.get("warnings") or []),
                        geterr=reply.get("geterr"), args=value.get("args"), peak_bytes=peak, output=output,
-                       reads=reply.get("reads"), extra=extra, seconds=seconds)
+                       reads=_unpacked_reads(reply.get("reads")), extra=extra, seconds=seconds)
 
     def _receive(self, deadline: float | None):
         """Wait for a message, watching the tree's memory; SubjectGone if the subject dies or lies."""

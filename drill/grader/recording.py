@@ -178,6 +178,10 @@ def _plain(value, reads: bool = True, kind: str = "rows"):
 
 
 _last: dict = {}  # id of an array's log and its name -> the entry logged last for it
+# Equal entries share one tuple: a loop that uses the same few views again and again logs each
+# use (they count as re-reads) at 8 bytes a use, not a new tuple of ~100 bytes. The log lives in
+# the user's process, so its size counts in the peak memory the checks measure.
+_interned: dict = {}
 
 
 def _row_slice(array: RecordingArray, key) -> int | None:
@@ -196,6 +200,7 @@ def _record(array: RecordingArray, start: int, stop: int, rows: int, kind: str =
     key = (id(log), array._name)
     if rows == 1 and _last.get(key) == entry:  # one element after another of the same row
         return
+    entry = _interned.setdefault(entry, entry)
     _last[key] = entry
     if len(log) < LOG_LIMIT:
         log.append(entry)
@@ -232,6 +237,7 @@ def _rows(array: RecordingArray, key) -> None:
 def wrap(args: list, names: dict) -> tuple[list, list]:
     """Make the arguments at the given positions recording; returns (args, the shared log)."""
     log: list = []
+    _interned.clear()  # the entries of earlier calls stay in their own logs
     wrapped = list(args)
     for position, name in names.items():
         i = int(position)

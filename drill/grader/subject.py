@@ -10,6 +10,7 @@ usage: python subject.py USER_FILE FUNCTIONS REQUEST_FD RESPONSE_FD [cuda|cpu]
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
 import sys
@@ -137,7 +138,7 @@ def _call(np, module, user_file: str, header: dict, payload):
         "geterr": None if after == before else str(after),
     }
     if log is not None:
-        reply["reads"] = [list(entry) for entry in log]
+        reply["reads"] = _packed_reads(np, log)
     value = result if probe is not None else {"result": _from_torch(result)}  # a helper returns plain values
     if header.get("return_args"):
         value["args"] = [_from_torch(a) for a in args]
@@ -152,6 +153,15 @@ def _helper(helper: dict):
     if not (name.isidentifier() and entry.isidentifier()):
         raise ImportError(f"no helper {name!r}")
     return getattr(importlib.import_module(name), entry)
+
+
+def _packed_reads(np, log: list) -> dict:
+    """The read log as its distinct entries and, in base64, the int32 index of each access. Built
+    after the call but inside the memory the checks measure: one list per access of a long log of
+    repeated uses (100k and more) would cost the user's code megabytes it never held."""
+    index: dict = {}
+    order = np.fromiter((index.setdefault(entry, len(index)) for entry in log), dtype=np.int32, count=len(log))
+    return {"entries": [list(entry) for entry in index], "order": base64.b64encode(order.tobytes()).decode("ascii")}
 
 
 def _describe(exc: BaseException, user_file: str) -> dict:
