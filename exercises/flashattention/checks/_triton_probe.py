@@ -44,8 +44,42 @@ _LAUNCHER_OPS = _ALLOCATORS | {
     "contiguous", "to", "float", "half", "bfloat16", "type", "cuda", "cpu", "detach", "clone", "copy_",
     "fill_", "zero_", "requires_grad_", "__hash__",
 }
-# Attributes that hand out the memory itself (an address to read through ctypes, say).
-_RAW_ATTRIBUTES = {"__cuda_array_interface__", "__dlpack__"}
+# Attributes that hand out the memory itself (an address to read through ctypes, say; _cdata is
+# the TensorImpl's, from which ctypes reaches the data).
+_RAW_ATTRIBUTES = {"__cuda_array_interface__", "__dlpack__", "_cdata"}
+# Module functions that hand out a tensor's memory (an address, a DLPack capsule NumPy can wrap)
+# with no torch-function call to see: Watch swaps them during the call and counts a call from the
+# user's file. A copy bound where Watch does not look (a default argument, say) goes unseen.
+_RAW_FUNCTIONS = (("torch._C", "_data_address"), ("torch._C", "_storage_address"),
+                  ("torch._C", "_tensor_impl_raw_handle"), ("torch._C", "_to_dlpack"),
+                  ("torch._C", "_to_dlpack_versioned"), ("torch", "to_dlpack"), ("torch.utils.dlpack", "to_dlpack"))
+
+
+def _on_host_memory(args, kwargs) -> bool:
+    """Whether a tensor or storage among the arguments sits in memory torch did not allocate and
+    cannot resize (torch.from_numpy, frombuffer, as_tensor or from_dlpack of an array): what the host
+    reads back as a NumPy array or a buffer with no torch call at all. The probe's own inputs are
+    all torch's, so whichever frame touches such memory, the user's file brought it in."""
+    stack, seen = [*args, *(kwargs or {}).values()], 0
+    while stack and seen < 64:
+        item, seen = stack.pop(), seen + 1
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+            continue
+        try:
+            if isinstance(item, torch.Tensor):
+                storage = item.untyped_storage()
+            elif isinstance(item, torch.UntypedStorage):
+                storage = item
+            elif isinstance(item, torch.TypedStorage):
+                storage = item.untyped()
+            else:
+                continue
+            if not storage.resizable():
+                return True
+        except Exception:  # noqa: BLE001 - no storage to ask (a meta or sparse tensor)
+            continue
+    return False
 
 
 def guarded(t: torch.Tensor, shape, stride, fill: float) -> torch.Tensor:
@@ -136,6 +170,11 @@ class PoisonAllocations(TorchFunctionMode):
             name = func.__self__.__name__
         if mine and name not in _LAUNCHER_OPS and len(self.computed) < 20:
             self.computed.append(name)
+        elif len(self.computed) < 20 and _on_host_memory(args, kwargs):
+            # from_numpy shows up only as the lift_fresh that the dispatch mode below passes on.
+            label = {"lift_fresh": "from_numpy"}.get(name.split(".")[0], name.split(".")[0]) + " on NumPy memory"
+            if label not in self.computed:
+                self.computed.append(label)
         result = func(*args, **(kwargs or {}))
         if (mine and name in _ALLOCATORS and type(result) is torch.Tensor and result.is_floating_point()
                 and not result.requires_grad):
@@ -172,6 +211,7 @@ class Watch:
         self.below = _ComputeBelow(self)
         self.computed = self.poison.computed
         self._start = None
+        self._swapped: list = []
 
     def note(self, name: str) -> None:
         if len(self.computed) < 20:
@@ -191,6 +231,7 @@ class Watch:
             return watch._start(thread, *args, **kwargs)
 
         threading.Thread.start = start
+        self._swap_raw_functions()
         self.below.__enter__()
         self.poison.__enter__()
         return self
@@ -201,6 +242,40 @@ class Watch:
         self.poison.__exit__(*exc)
         self.below.__exit__(*exc)
         threading.Thread.start = self._start
+        for owner, name, original in reversed(self._swapped):
+            if isinstance(owner, dict):  # the user's module's globals
+                owner[name] = original
+            else:
+                setattr(owner, name, original)
+        self._swapped = []
+
+    def _swap_raw_functions(self) -> None:
+        """Count the user's calls of _RAW_FUNCTIONS: swapped in their modules and wherever the user's
+        module bound them by name (from torch._C import _data_address)."""
+        self._swapped, watch, wrapped = [], self, {}
+        for module_name, name in _RAW_FUNCTIONS:
+            module = sys.modules.get(module_name)
+            original = getattr(module, name, None)
+            if not callable(original):
+                continue
+
+            def raw(*args, _original=original, _name=name, **kwargs):
+                if (_name not in watch.computed
+                        and _users_doing(sys._getframe(1), watch.poison.entry, watch.poison.user_file)):
+                    watch.note(_name)
+                return _original(*args, **kwargs)
+
+            wrapped[id(original)] = (original, raw)
+            self._swapped.append((module, name, original))
+            setattr(module, name, raw)
+        for module in list(sys.modules.values()):
+            if getattr(module, "__file__", None) != self.poison.user_file:
+                continue
+            names = vars(module)
+            for name, value in list(names.items()):
+                if id(value) in wrapped and wrapped[id(value)][0] is value:
+                    self._swapped.append((names, name, value))
+                    names[name] = wrapped[id(value)][1]
 
 
 def _kernel_classes() -> list:
@@ -289,7 +364,19 @@ def _as_array(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()  # exact: every half and bf16 value is a float32 value
+    else:
+        # A copy: .numpy() marks a storage not resizable, which _on_host_memory would then blame
+        # on the user's file when a later launch (decode's Copying calls this mid-call) touches it.
+        t = t.clone()
     return t.cpu().numpy()
+
+
+def scrub(arrays) -> None:
+    """NaN over the request's float arrays once the inputs are built from them: the user's code can
+    reach them (the caller's frame, gc) and read q, k and v there with no torch call at all."""
+    for array in arrays:
+        if isinstance(array, np.ndarray) and array.dtype.kind == "f" and array.flags.writeable:
+            array.fill(np.nan)
 
 
 def call(fn, args, kwargs, spec: dict, user_file: str):
@@ -299,11 +386,14 @@ def call(fn, args, kwargs, spec: dict, user_file: str):
     tensors = []
     for array, layout in zip(args, spec["tensors"]):
         if layout.get("keep_dtype"):  # integer inputs (seq_lens) keep theirs, with no guard
-            tensors.append(torch.from_numpy(np.ascontiguousarray(array)).to(device=device))
+            # A copy: an input on NumPy's memory would read as the user's (_on_host_memory).
+            tensors.append(torch.from_numpy(np.ascontiguousarray(array)).to(device=device, copy=True))
             continue
         values = torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
         fill = math.nan if layout.get("guard") == "nan" else float(layout.get("guard", 0.0))
         tensors.append(guarded(values, values.shape, layout["stride"], fill))
+    values = None
+    scrub(args[:len(tensors)])
     poison = Watch(user_file)
     with Launches(user_file) as launches, poison:
         out = fn(*tensors, *args[len(tensors):], **kwargs)
