@@ -101,3 +101,10 @@ def test_a_read_record_that_does_not_decode_breaks_the_protocol():
                    {"entries": [], "order": "not base64!"}, {"order": ""}):
         with pytest.raises(SubjectGone, match="did not decode"):
             _unpacked_reads(forged)
+
+
+def test_np_split_along_rows_is_logged_as_the_slices_it_stands_for():
+    log = _log_of("K", lambda k: [piece @ np.ones(2) for piece in np.split(k, range(8, 20, 8))])
+    assert log == [("K", 0, 8, 8), ("K", 8, 16, 8), ("K", 16, 20, 4)]
+    assert _log_of("K", lambda k: np.array_split(k, 3)) == [("K", 0, 7, 7), ("K", 7, 14, 7), ("K", 14, 20, 6)]
+    assert _log_of("K", lambda k: np.split(k, 2, axis=1)) == [("K", 0, 20, 20)]  # columns: a whole read

@@ -140,10 +140,29 @@ class RecordingArray(np.ndarray):
         return getattr(ufunc, method)(*inputs, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if func in _ROW_SPLITS and args and args[0] is self and self._log is not None:
+            pieces = _split_rows(self, func, args[1:], kwargs)
+            if pieces is not None:
+                return pieces
         reads = func not in _NO_DATA
         args = tuple(_plain(a, reads) for a in args)
         kwargs = {k: _plain(v, reads) for k, v in kwargs.items()}
         return func(*args, **kwargs)
+
+
+_ROW_SPLITS = {np.split, np.array_split, np.vsplit}
+
+
+def _split_rows(array: RecordingArray, func, rest: tuple, kwargs: dict):
+    """np.split and its kin along axis 0, as the slices array[lo:hi] they stand for: each piece is
+    logged (or, with "views", recorded on use) like a slice, not the whole array as one read. None
+    for another axis, which falls back to a whole read."""
+    axis = 0 if func is np.vsplit else (rest[1] if len(rest) > 1 else kwargs.get("axis", 0))
+    if axis not in (0, -array.ndim) or not array.ndim or (func is np.vsplit and array.ndim < 2):
+        return None
+    split = np.array_split if func is np.array_split else np.split
+    rows = split(np.arange(array.shape[0]), rest[0] if rest else kwargs["indices_or_sections"])
+    return [array[int(r[0]):int(r[-1]) + 1] if len(r) else array[0:0] for r in rows]
 
 
 # Methods written in C that read the memory itself: on a sealed array they work on the values.
