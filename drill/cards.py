@@ -34,35 +34,13 @@ class DeckError(DrillError):
 
 
 @dataclass(frozen=True)
-class Misconception:
-    """A wrong claim that contradicts a key point, with the words that state it.
-
-    Its own text sets the polarity each synonym needs, as a key point's does: for "the
-    backward does not recompute" the word "recompute" states it only when negated.
-    """
+class _Claim:
+    """A statement in both languages, with the words that show an answer made it."""
 
     en: str
     zh: str
     synonyms_en: tuple[str, ...] = ()
     synonyms_zh: tuple[str, ...] = ()
-
-    def text(self, lang: str) -> str:
-        return self.zh if lang == "zh" else self.en
-
-    @property
-    def synonyms(self) -> tuple[str, ...]:
-        return self.synonyms_en + self.synonyms_zh
-
-
-@dataclass(frozen=True)
-class KeyPoint:
-    """One thing a good spoken answer mentions, with the words that show it was said."""
-
-    en: str
-    zh: str
-    synonyms_en: tuple[str, ...] = ()
-    synonyms_zh: tuple[str, ...] = ()
-    misconceptions: tuple[Misconception, ...] = ()  # wrong claims that contradict this point
 
     def text(self, lang: str) -> str:
         return self.zh if lang == "zh" else self.en
@@ -71,6 +49,22 @@ class KeyPoint:
     def synonyms(self) -> tuple[str, ...]:
         # People mix languages when they answer, so both lists always count.
         return self.synonyms_en + self.synonyms_zh
+
+
+@dataclass(frozen=True)
+class Misconception(_Claim):
+    """A wrong claim that contradicts a key point, with the words that state it.
+
+    Its own text sets the polarity each synonym needs, as a key point's does: for "the
+    backward does not recompute" the word "recompute" states it only when negated.
+    """
+
+
+@dataclass(frozen=True)
+class KeyPoint(_Claim):
+    """One thing a good spoken answer mentions, with the words that show it was said."""
+
+    misconceptions: tuple[Misconception, ...] = ()  # wrong claims that contradict this point
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,19 @@ def interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def read_piped_answer(prompt: str) -> str:
+    """One answer line from a pipe, echoed after its prompt so a transcript reads like the live
+    exchange; EOFError when the input has run out."""
+    from rich.text import Text
+
+    console.print(Text(f"{prompt}: ", style="muted"), end="", soft_wrap=True)
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    console.print(Text(line.rstrip("\n")), soft_wrap=True)
+    return line.strip()
+
+
 def fail_line(message: str) -> None:
     """One plain line on stderr saying why a command could not do its job."""
     # Escaped: messages quote file names and advice such as pip install 'mlsys-drill[plot]'.

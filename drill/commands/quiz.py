@@ -11,7 +11,6 @@ session with its summary.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,7 +20,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from drill import cards, reviews
-from drill.console import console, interactive
+from drill.console import console, interactive, read_piped_answer
 from drill.errors import cannot
 from drill.language import remembered_language
 from drill.mathtext import render
@@ -121,14 +120,7 @@ class ScriptedInput:
 
     tty = False
 
-    def ask(self, prompt: str) -> str:
-        console.print(Text(f"{prompt}: ", style="muted"), end="", soft_wrap=True)
-        line = sys.stdin.readline()
-        if not line:
-            raise EOFError
-        console.print(Text(line.rstrip("\n")), soft_wrap=True)
-        return line.strip()
-
+    ask = staticmethod(read_piped_answer)
     choose = ask  # one line per choice, too
 
 

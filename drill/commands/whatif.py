@@ -11,7 +11,6 @@ end of input ends the session.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from drill import catalog, userfile
-from drill.console import boxed, console, err_console, interactive
+from drill.console import boxed, console, err_console, interactive, read_piped_answer
 from drill.errors import cannot
 from drill.options import json_option
 from drill.paths import shown
@@ -220,7 +219,7 @@ def _session(run: Run, ex, path: Path, chosen, baseline, lang: str) -> None:
     from drill.whatif import card_for, card_id, question
 
     tty = interactive()
-    ask = _keyboard if tty else _piped
+    ask = _keyboard if tty else read_piped_answer
     w = WORDS[lang]
     deck = {card.id: card for card in cards.all_cards()}
     intro = w["intro"].format(changes=plural(len(chosen), "change"), count=len(chosen), file=shown(path.name))
@@ -385,10 +384,3 @@ def _keyboard(prompt: str) -> str:
     return console.input(f"[muted]{escape(prompt)}[/muted]\n[accent]›[/accent] ").strip()
 
 
-def _piped(prompt: str) -> str:
-    console.print(Text(f"{prompt}: ", style="muted"), end="", soft_wrap=True)
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    console.print(Text(line.rstrip("\n")), soft_wrap=True)
-    return line.strip()
