@@ -157,7 +157,8 @@ def test_softmax_2d(sub, rng):
     """A 2-D array is softmaxed row by row along the last axis, however many rows it has"""
     # Tall arrays too (dozens of rows, more than a fixed tile of 8, 16 or 32 rows would hold), so every
     # row's own statistics are used, not those of a row a fixed stride earlier.
-    for count, n, block_size in ((6, 11, 4), (None, 7, 3)):
+    # One row as a [1, n] array, and one column as [R, 1], keep their 2-D shape.
+    for count, n, block_size in ((6, 11, 4), (None, 7, 3), (1, 9, 4), (5, 1, 3)):
         count = count or int(rng.integers(37, 70))
         x = rng.normal(scale=2.0, size=(count, n))
         call, got = _softmax_call(sub, x, block_size)
@@ -186,14 +187,25 @@ def test_softmax_extreme_logits(sub):
     """Logits of 1e4 and -1e4, and far lower (-1e6, -1e300, -1e308), give a finite, exact softmax"""
     # -1e308 leaves no room for a finite stand-in start max (-1e5, -1e300, ...) above the logits; only
     # -inf itself (or the most negative float) works. 1e293 is a few units in the last place there.
-    for x in (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0]),
-              np.array([-1e6, -1e6 - 1.0, -1e6 - 3.0, -1e6 + 0.5]), np.array([-1e300, -2e300, -1e300, -3e300]),
-              np.array([-1e308, -1.2e308, -1e308 - 1e293, -1e308])):
+    extremes = (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0]),
+                np.array([-1e6, -1e6 - 1.0, -1e6 - 3.0, -1e6 + 0.5]), np.array([-1e300, -2e300, -1e300, -3e300]),
+                np.array([-1e308, -1.2e308, -1e308 - 1e293, -1e308]))
+    for x in extremes:
         call, got = _softmax_call(sub, x, 2)
         hint = ""
         if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
             hint = ("every exponent must be shifted by the running max (which starts at -inf, not 0 nor any "
                     "finite stand-in such as -1e5), so exp never overflows or underflows to a zero sum")
+        close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
+    # The same rows as one 2-D array (the short row padded with -inf), and the lowest alone as [1, n]: a
+    # vectorised path for 2-D input needs the same start max as a single row.
+    rows = np.stack([np.pad(x, (0, 4 - x.size), constant_values=-np.inf) for x in extremes])
+    for x in (rows, rows[-1:]):
+        call, got = _softmax_call(sub, x, 2)
+        hint = ""
+        if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
+            hint = ("in 2-D too, every row's running max starts at -inf (not 0 nor any finite stand-in such as "
+                    "-1e30), so exp never overflows or underflows to a zero sum")
         close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
 
 
