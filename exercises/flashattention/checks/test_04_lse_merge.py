@@ -180,9 +180,17 @@ def _merged_reference(parts):
 # --- the checks ------------------------------------------------------------------------------
 
 
+def _drawn_shape(rng):
+    """(n, d) drawn for this run, past any fixed tile of rows or head-dimension columns (32 rows, 8 or 16
+    columns) that the small fixed shapes fit in."""
+    return int(rng.integers(33, 600)), int(rng.integers(17, 160))
+
+
 def test_two_halves(sub, rng):
     """Two halves of the keys merge into attention over all of them"""
-    for n, sk, d in [(5, 12, 4), (16, 40, 8), (1, 2, 1)]:
+    for n, sk, d in [(5, 12, 4), (16, 40, 8), (1, 2, 1), (None, 50, None)]:
+        if n is None:
+            n, d = _drawn_shape(rng)
         (p1, p2), (O_full, L_full) = _problem(rng, n, sk, d, 2)
         check_merge(sub, *p1, *p2, O_full, L_full)
 
@@ -213,8 +221,10 @@ def test_many_random_splits(sub, rng):
     """merge_many over random splits into 2 to 8 parts gives full attention"""
     # Then 13 and 33 parts: more than any fixed number of merge rounds or unrolled steps covers.
     # (The title stays as the planted files name it.)
-    for parts, sk in [(p, 30) for p in range(2, 9)] + [(13, 30), (33, 40)]:
-        pieces, (O_full, L_full) = _problem(rng, 7, sk, 4, parts, spread=1.5)
+    # Last, 2 and 5 parts of a shape drawn per run (many rows, a wide head).
+    for parts, sk in [(p, 30) for p in range(2, 9)] + [(13, 30), (33, 40), (2, 50), (5, 50)]:
+        n, d = (7, 4) if sk < 50 else _drawn_shape(rng)
+        pieces, (O_full, L_full) = _problem(rng, n, sk, d, parts, spread=1.5)
         check_many(sub, pieces, O_full, L_full)
 
 
