@@ -358,29 +358,43 @@ def test_many_single_part(sub, rng):
 @pytest.mark.observed
 def test_inputs_untouched(sub, rng):
     """The input arrays are not modified"""
-    (p1, p2), _ = _problem(rng, 6, 14, 4, 2)
+    # Each call at a small shape, then at a shape drawn like the largest the value checks merge (and
+    # merge_many over more parts): an in-place path kept for large inputs shows too.
+    for drawn in (False, True):
+        n, d = _drawn_shape(rng) if drawn else (6, 4)
+        _merge_leaves_inputs(sub, rng, n, d)
+        _many_leaves_inputs(sub, rng, n, d, int(rng.integers(5, 34)) if drawn else 4)
+
+
+def _merge_leaves_inputs(sub, rng, n, d):
+    (p1, p2), _ = _problem(rng, n, 14, d, 2)
     # Rows where one part, or both, is empty (L = -inf, O = 0): a merge that patches the -inf
     # in place (L1[L1 == -inf] = ...) changes nothing on rows without one.
     for (O, L), rows in ((p1, [1, 4]), (p2, [4])):
         O[rows], L[rows] = 0.0, -np.inf
     arrays = [p1[0], p1[1], p2[0], p2[1]]
     before = [a.copy() for a in arrays]
-    after = observed_call(sub.merge_partials, "merge_partials(O1, L1, O2, L2)", *arrays, return_args=True).args
+    called = f"merge_partials(O1, L1, O2, L2) on O[{n}x{d}]"
+    after = observed_call(sub.merge_partials, called, *arrays, return_args=True).args
     for name, now, then in zip(("O1", "L1", "O2", "L2"), after, before):
         if not matches(now, then, atol=0.0):
-            fail(f"merge_partials changed its input {name} in place", called="merge_partials(O1, L1, O2, L2)",
+            fail(f"merge_partials changed its input {name} in place", called=called,
                  got=show(now), expected=show(then),
                  hint=("build new arrays (w * O1), don't scale O1 in place" if name.startswith("O") else
                        "don't patch the -inf rows of the caller's L in place (L[L == -inf] = ...): "
                        "use np.where or a finite shift instead"))
-    # merge_many too, given the caller's own arrays (call_many hands it copies).
-    parts, _ = _problem(rng, 6, 20, 4, 4)
-    # Empty rows again, in unequal numbers per part (2, 0, 1, 3): reordering the caller's list
+
+
+def _many_leaves_inputs(sub, rng, n, d, count):
+    """merge_many, given the caller's own arrays (call_many hands it copies)."""
+    parts, _ = _problem(rng, n, max(20, 2 * count), d, count)
+    # Empty rows again, in unequal numbers per part (2, 0, 1, 3, ...): reordering the caller's list
     # (parts.sort(key=...)) or patching its -inf in place shows.
-    for (O, L), rows in zip(parts, ([0, 5], [], [5], [1, 3, 5])):
+    for (O, L), rows in zip(parts, itertools.cycle(([0, 5], [], [5], [1, 3, 5]))):
         O[rows], L[rows] = 0.0, -np.inf
     before = [(O.copy(), L.copy()) for O, L in parts]
-    called = "merge_many([(O1, L1), (O2, L2), (O3, L3), (O4, L4)])"
+    called = ("merge_many([(O1, L1), (O2, L2), (O3, L3), (O4, L4)])" if count == 4 else
+              f"merge_many([(O1, L1), …, (O{count}, L{count})]) on O[{n}x{d}]")
     after = observed_call(sub.merge_many, called, parts, return_args=True).args[0]
     if (not isinstance(after, (list, tuple)) or len(after) != len(before)
             or not all(isinstance(part, (list, tuple)) and len(part) == 2 for part in after)):
