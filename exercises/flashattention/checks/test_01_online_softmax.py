@@ -220,8 +220,10 @@ def test_softmax_negative_infinity(sub):
 @pytest.mark.observed
 def test_softmax_leaves_input_alone(sub, rng):
     """The input array is not modified"""
-    # A 2-D array and a single row as a 1-D array (np.asarray does not copy either), at two block sizes.
-    for shape, block_size in (((3, 9), 4), ((13,), 5)):
+    # A 2-D array and a single row as a 1-D array (np.asarray does not copy either), at two block sizes;
+    # then each as large as the largest the streaming check passes, so an in-place path kept for large
+    # inputs shows too.
+    for shape, block_size in (((3, 9), 4), ((13,), 5), ((12, 128_077), 128), ((200_501,), 1000)):
         x = rng.normal(size=shape)
         before = x.copy()
         x = sub.online_softmax.observe(x, block_size, return_args=True).args[0]
