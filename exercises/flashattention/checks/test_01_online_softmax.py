@@ -357,12 +357,13 @@ def _check_streams(sub, rows, block_size, what):
 
 def test_softmax_streams_in_blocks(sub, rng):
     """online_softmax keeps its running sum block by block, at the block size asked for"""
-    # Blocks of 128 and 1000 (fewer of them: still a gap of ~1e-13 or more, in less time) catch a cap on
-    # block_size (a fixed tile of 64 columns): the odd absorbing row rounds otherwise in smaller blocks.
+    # Blocks of 128, 1000 and 4096 (fewer of them: still a gap of ~1e-13 or more, in less time) catch a cap
+    # on block_size (a fixed tile of 64 or 1024 columns): the odd absorbing row rounds otherwise in smaller
+    # blocks.
     # Some rows end in a shorter last block (tail > 0) and every row is also passed alone as a 1-D array,
     # so neither ragged rows nor 1-D input can take a one-shot path that the other shapes do not.
     for block_size, n_blocks, tail in ((1, STREAM_BLOCKS, 0), (4, STREAM_BLOCKS, 3), (37, STREAM_BLOCKS, 0),
-                                       (128, 1000, 77), (1000, 200, 501)):
+                                       (128, 1000, 77), (1000, 200, 501), (4096, 300, 1500)):
         # At blocks of 128 the three kinds of row come four times over (12 rows): every row is checked,
         # so streaming only the first few rows of a 2-D array and softmaxing the rest in one go fails.
         rows = np.stack([make(rng, block_size, n_blocks)
