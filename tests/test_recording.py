@@ -108,3 +108,26 @@ def test_np_split_along_rows_is_logged_as_the_slices_it_stands_for():
     assert log == [("K", 0, 8, 8), ("K", 8, 16, 8), ("K", 16, 20, 4)]
     assert _log_of("K", lambda k: np.array_split(k, 3)) == [("K", 0, 7, 7), ("K", 7, 14, 7), ("K", 14, 20, 6)]
     assert _log_of("K", lambda k: np.split(k, 2, axis=1)) == [("K", 0, 20, 20)]  # columns: a whole read
+
+
+def test_take_along_rows_is_logged_as_the_rows_it_names():
+    def clamped(k):
+        tile = np.take(k, np.arange(16, 24), axis=0, mode="clip")  # rows 16..19, the last one repeated
+        assert (tile[4:] == np.arange(38.0, 40.0)).all()  # the values, not the placeholders
+    assert _log_of("K", clamped) == [("K", 16, 20, 4)]
+    assert _log_of("K", lambda k: k.take([3, 5], axis=0)) == [("K", 3, 6, 2)]
+    assert _log_of("K", lambda k: np.take(k, [1], axis=1)) == [("K", 0, 20, 20)]  # a column: a whole read
+    assert _log_of("K", lambda k: k.take([1, 2])) == [("K", 0, 20, 20)]  # flattened: a whole read
+
+
+def test_a_transpose_logs_the_rows_its_column_slices_take():
+    def streamed(k):
+        kt = k.T
+        assert (kt[:, 4:6] == np.arange(8.0, 12.0).reshape(2, 2).T).all()  # the values, not the placeholders
+        kt[:, 19]
+        assert (np.asarray(kt) != np.asarray(kt)).all()  # a conversion still sees only placeholders
+    assert _log_of("K", streamed) == [("K", 4, 6, 2), ("K", 19, 20, 1)]
+    assert _log_of("K", lambda k: k.T @ np.ones(20)) == [("K", 0, 20, 20)]  # used whole: every row
+    assert _log_of("K", lambda k: k.T[0]) == [("K", 0, 20, 20)]  # one column of K: every row
+    assert _log_of("K", lambda k: k.transpose().T[3:5]) == [("K", 3, 5, 2)]
+    assert _log_of("K", lambda k: np.split(k.T, 2, axis=1)) == [("K", 0, 20, 20)]

@@ -4,7 +4,9 @@ Runs in the subject (a copy sits beside subject.py; numpy only). A RecordingArra
 ndarray, so slicing, `@` and numpy functions work as usual; every access is logged as a
 range of rows (axis 0):
   * `K[j:j + Bc]`, `K[j]`, `K[i:i + Br, :]`: the rows indexed;
-  * anything that uses the whole array (`K.T`, `np.max(K)`, `K.copy()`, iterating):
+  * `np.take(K, idx, axis=0)` (any mode) and `K.take(idx, axis=0)`: the rows named, like `K[idx]`;
+  * `Kt = K.T` (or `K.transpose()`) is a recording transpose: `Kt[:, j:j + Bc]` logs rows j..j + Bc;
+  * anything that uses the whole array (`K.T @ x`, `np.max(K)`, `K.copy()`, iterating):
     every row; an elementwise ufunc over the whole array (`K * c`) is logged as one pass,
     which a kernel makes once ahead of its loop (drill/iocount.py counts it so).
 A one-row access that repeats the one logged just before it for the same array is not
@@ -42,9 +44,13 @@ class RecordingArray(np.ndarray):
         self._name = ""
         self._offset = 0  # the row of the recorded input where this view starts
         self._views = False
+        self._axis = 0  # the axis along which the input's rows lie: 1 in its transpose (K.T)
 
     def __getitem__(self, key):
         values = _values(self)
+        if self._log is not None and self._axis:
+            _rows(self, key)  # a transpose logs the rows its columns take; its slices are plain
+            return values[key]
         if self._log is not None:
             start = _row_slice(self, key)
             if self._views and start is not None:
@@ -71,13 +77,15 @@ class RecordingArray(np.ndarray):
     # Methods that make a new array from the whole input: the values, logged as a whole read.
     @property
     def T(self):
-        return _plain(self).T
+        return _transposed(self)
 
     @property
     def mT(self):
-        return _plain(self).mT
+        return _transposed(self)
 
     def transpose(self, *axes):
+        if axes in ((), (1, 0), ((1, 0),)):
+            return _transposed(self)
         return _plain(self).transpose(*axes)
 
     def reshape(self, *shape, **kwargs):
@@ -139,11 +147,16 @@ class RecordingArray(np.ndarray):
             kwargs["out"] = tuple(_plain(x) for x in kwargs["out"])
         return getattr(ufunc, method)(*inputs, **kwargs)
 
+    def take(self, indices, axis=None, out=None, mode="raise"):
+        return _take(self, indices, axis, out, mode)
+
     def __array_function__(self, func, types, args, kwargs):
         if func in _ROW_SPLITS and args and args[0] is self and self._log is not None:
             pieces = _split_rows(self, func, args[1:], kwargs)
             if pieces is not None:
                 return pieces
+        if func is np.take and args and args[0] is self:
+            return _take(self, *args[1:], **kwargs)
         reads = func not in _NO_DATA
         args = tuple(_plain(a, reads) for a in args)
         kwargs = {k: _plain(v, reads) for k, v in kwargs.items()}
@@ -153,10 +166,28 @@ class RecordingArray(np.ndarray):
 _ROW_SPLITS = {np.split, np.array_split, np.vsplit}
 
 
+def _take(array: RecordingArray, indices, axis=None, out=None, mode="raise"):
+    """np.take (or .take) along axis 0 reads the rows it names, as array[indices] does; clipped or
+    wrapped indices as the mode turns them. Along another axis, or flattened, it reads the whole array."""
+    values = _plain(array, reads=False)
+    taken = values.take(_plain(indices), axis=axis, out=_plain(out, reads=False), mode=mode)
+    if array._log is not None:
+        index = np.asarray(_plain(indices))
+        n = array.shape[array._axis] if array.ndim else 0
+        if n and axis is not None and axis % array.ndim == array._axis and index.dtype.kind in "iu":
+            # Clamping repeats the last row (a masked load past the end): it is read once.
+            _rows(array, np.unique(np.clip(index, 0, n - 1)) if mode == "clip" else index % n)
+        else:
+            _whole(array)
+    return taken
+
+
 def _split_rows(array: RecordingArray, func, rest: tuple, kwargs: dict):
     """np.split and its kin along axis 0, as the slices array[lo:hi] they stand for: each piece is
     logged (or, with "views", recorded on use) like a slice, not the whole array as one read. None
-    for another axis, which falls back to a whole read."""
+    for another axis, or a transpose, which falls back to a whole read."""
+    if array._axis:
+        return None
     axis = 0 if func is np.vsplit else (rest[1] if len(rest) > 1 else kwargs.get("axis", 0))
     if axis not in (0, -array.ndim) or not array.ndim or (func is np.vsplit and array.ndim < 2):
         return None
@@ -165,8 +196,21 @@ def _split_rows(array: RecordingArray, func, rest: tuple, kwargs: dict):
     return [array[int(r[0]):int(r[-1]) + 1] if len(r) else array[0:0] for r in rows]
 
 
+def _transposed(array: RecordingArray):
+    """array.T of a 2-D recording input (K.T, once, ahead of the loops): a recording transpose whose
+    column slices log the rows of the input they take (K.T[:, j:j + Bc] reads rows j..j + Bc of K).
+    An input recorded with "views" keeps a whole read here: its transposed slices log as they did."""
+    if array._log is None or array.ndim != 2 or array._views:
+        return _plain(array).T
+    view = array.view(np.ndarray).T.view(RecordingArray)  # the placeholders, transposed, if sealed
+    view._log, view._name, view._offset = array._log, array._name, array._offset
+    view._axis = 1 - array._axis
+    _seal(view, _values(array).T)
+    return view
+
+
 # Methods written in C that read the memory itself: on a sealed array they work on the values.
-for _name in ("argmax", "argmin", "argsort", "argpartition", "nonzero", "searchsorted", "take", "repeat",
+for _name in ("argmax", "argmin", "argsort", "argpartition", "nonzero", "searchsorted", "repeat",
               "compress", "diagonal", "trace", "cumprod", "ptp", "tobytes"):
     setattr(RecordingArray, _name, lambda self, *args, _name=_name, **kwargs: getattr(_plain(self), _name)(*args, **kwargs))
 
@@ -228,13 +272,15 @@ def _record(array: RecordingArray, start: int, stop: int, rows: int, kind: str =
 
 
 def _whole(array: RecordingArray, kind: str = "rows") -> None:
-    n = array.shape[0] if array.ndim else 1
+    n = array.shape[array._axis] if array.ndim else 1
     _record(array, 0, n, n, kind)
 
 
 def _rows(array: RecordingArray, key) -> None:
+    if array._axis:  # a transpose: the rows are its second index; without one, every row is read
+        key = key[1] if isinstance(key, tuple) and len(key) == 2 and key[0] is not None else Ellipsis
     first = key[0] if isinstance(key, tuple) and key else key
-    n = array.shape[0] if array.ndim else 1
+    n = array.shape[array._axis] if array.ndim else 1
     if isinstance(first, (int, np.integer)):
         row = int(first) % n if n else 0
         _record(array, row, row + 1, 1)

@@ -33,9 +33,9 @@ point at the same physical pages (a shared prompt prefix).
 
 Only the pages that hold a sequence's keys are to be read, and the checks watch which
 pages of k_pages and v_pages your code reads. Index the pools you are given by page
-(k_pages[pages], k_pages[p, :rows]): a reshape, numpy function or conversion of a whole
-pool (k_pages.reshape(-1, Hkv, d), np.take(k_pages, ...), np.asarray(k_pages)) reads every
-page, and those checks then fail.
+(k_pages[pages], k_pages[p, :rows], np.take(k_pages, pages, axis=0)): a reshape, numpy
+function or conversion of a whole pool (k_pages.reshape(-1, Hkv, d), np.take without
+axis=0, np.asarray(k_pages)) reads every page, and those checks then fail.
 
 Check your work:  drill check 09_paged_attention.py
 """
