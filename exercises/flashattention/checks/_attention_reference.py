@@ -373,11 +373,11 @@ def check_block_reads(call: Call, reads: dict, limits: dict[str, tuple[int, str]
         if r.largest <= block:
             continue
         if r.largest >= r.length and name in ("K", "V"):
-            hint = (f"all of {name} was used at once ({name}.T, a matmul or a reduction over the whole of {name}): "
+            hint = (f"all of {name} was used at once (a matmul with the whole of {name}, or a reduction over it): "
                     "that is memory-efficient attention, not FlashAttention; stream K and V in blocks of Bc rows "
                     "and combine them with the online softmax (an elementwise pass such as K * scale is fine)")
         elif r.largest >= r.length:
-            hint = (f"{name} was used whole ({name}.T, a matmul or a reduction over all of it): slice its blocks "
+            hint = (f"{name} was used whole (a matmul or a reduction over all of it): slice its blocks "
                     f"from the array you were given, {name}[i:i + {label}]")
         else:
             hint = f"read {name} in blocks of at most {label} = {block} rows"

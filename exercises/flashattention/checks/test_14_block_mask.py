@@ -525,7 +525,7 @@ def test_skips_empty_tiles(sub, rng, case):
          hint=("every (query block, key block) pair was visited and the mask applied afterwards: loop only over "
                "the key blocks whose kind is not 0 (np.flatnonzero(kinds[i])), so an empty tile costs no load and "
                "no matmul" if k_rows < sk * kinds.shape[0] + 1 else
-               "K or Q was read whole (K.T, K * scale, np.max(K)) or more than once per tile: slice the blocks of "
+               "K or Q was read whole (Q @ K.T, K * scale, np.max(K)) or more than once per tile: slice the blocks of "
                "the non-empty tiles from the arrays you were given"))
 
 
