@@ -116,3 +116,37 @@ def test_metadata_and_keyrings_refused(tmp_path):
     assert got == {"socket": errno.EACCES, "chmod": errno.EACCES, "fchmod": errno.EACCES, "utime": errno.EACCES,
                    "setxattr": errno.EACCES, "chattr": errno.EACCES, "add_key": errno.EACCES, "write": 0}
     assert path.read_text() == "still mine"
+
+
+def test_clone3_answers_enosys_threads_and_processes_kept():
+    """clone3 could start a child in a cgroup of the subject's choosing (CLONE_INTO_CGROUP: root may,
+    by mode bits alone), outside its memory and pids caps: the subject's filter answers ENOSYS, and the
+    C library's threads, fork and subprocess fall back to clone."""
+    import subprocess
+    import sys
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def body():
+        class Args(ctypes.Structure):
+            _fields_ = [("flags", ctypes.c_uint64), ("pidfd", ctypes.c_uint64), ("child_tid", ctypes.c_uint64),
+                        ("parent_tid", ctypes.c_uint64), ("exit_signal", ctypes.c_uint64)]
+
+        args = Args(exit_signal=17)
+        pid = libc.syscall(435, ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
+        if pid == 0:
+            os._exit(0)
+        clone3 = ctypes.get_errno() if pid < 0 else 0
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(1))
+        thread.start()
+        thread.join()
+        child = os.fork()
+        if child == 0:
+            os._exit(7)
+        _, status = os.waitpid(child, 0)
+        ran = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True).stdout
+        return {"clone3": clone3, "thread": seen, "fork": os.waitstatus_to_exitcode(status), "subprocess": ran}
+
+    assert _in_child(body, seccomp.deny_new_sockets) == {"clone3": errno.ENOSYS, "thread": [1], "fork": 7,
+                                                          "subprocess": "42\n"}

@@ -4,8 +4,11 @@ Landlock does not mediate connect() on a pathname unix socket, so without this a
 could reach any local server (a terminal multiplexer, a container daemon, D-Bus) and have
 it act outside the sandbox. The filter refuses socket() with EACCES and io_uring_setup
 (io_uring can open sockets itself); socketpair() stays allowed, since a connected pair
-reaches nothing outside the process tree. System calls of another ABI (32-bit int 0x80 on
-x86_64, where sockets go through socketcall) kill the process.
+reaches nothing outside the process tree. clone3 answers ENOSYS: it can start a child in any
+cgroup whose folder it can open (CLONE_INTO_CGROUP), which a subject running as root may do by
+mode bits alone, leaving its memory and pids caps; the C library then falls back to clone, which
+cannot name a cgroup. System calls of another ABI (32-bit int 0x80 on x86_64, where sockets go
+through socketcall) kill the process.
 
 Standard library only: 06's ring harness runs a copy of this file inside the sandbox and
 applies the filter in each rank once gloo's own connections are made, then a second one
@@ -63,6 +66,7 @@ _HIDING = {"x86_64": {"fork": 57, "vfork": 58, "clone3": 435, "memfd_create": 31
            "aarch64": {"clone3": 435, "memfd_create": 279, "memfd_secret": 447, "socketpair": 199, "shmget": 194,
                        "pipe2": 59, "msgget": 186, "mq_open": 180, "process_madvise": 440}}
 _CLONE = {"x86_64": 56, "aarch64": 220}
+_CLONE3 = 435  # the same number on x86_64 and aarch64
 _MADVISE = {"x86_64": 28, "aarch64": 233}
 _CLONE_THREAD, _MADV_COLD, _MADV_PAGEOUT = 0x10000, 20, 21
 _ARG0, _ARG2 = 16, 32  # offsets of the low words of args[0] and args[2] in seccomp_data (little-endian)
@@ -93,9 +97,11 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions; seccomp_data holds nr at offset 0, arch at 4."""
     denied = sorted(_DENIED[machine].values())
     commands = sorted(_IOCTL_DENIED)
-    # Then: 4 to load and check, the x32 test, the numbers, ioctl's test and its commands, allow, refuse.
-    allow = 4 + 1 + len(denied) + 2 + len(commands)
+    # Then: 4 to load and check, the x32 test, the numbers, clone3's test, ioctl's test and its
+    # commands, allow, refuse, ENOSYS.
+    allow = 4 + 1 + len(denied) + 1 + 2 + len(commands)
     refuse = allow + 1
+    enosys = refuse + 1
     code = [(_LD_W_ABS, 0, 0, 4),
             (_JEQ_K, 1, 0, _ARCH[machine]),
             (_RET_K, 0, 0, _RET_KILL_PROCESS),
@@ -103,14 +109,16 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     code.append((_JGE_K, refuse - len(code) - 1, 0, _X32_BIT))
     for number in denied:
         code.append((_JEQ_K, refuse - len(code) - 1, 0, number))
+    code.append((_JEQ_K, enosys - len(code) - 1, 0, _CLONE3))
     code.append((_JEQ_K, 0, allow - len(code) - 1, _IOCTL[machine]))  # any other call: allowed
     code.append((_LD_W_ABS, 0, 0, _ARG1))
     for command in commands:
         code.append((_JEQ_K, refuse - len(code) - 1, 0, command))
     code.append((_RET_K, 0, 0, _RET_ALLOW))
     code.append((_RET_K, 0, 0, _RET_ERRNO | errno.EACCES))
-    if len(code) != refuse + 1:  # the jumps above were counted for this layout
-        raise RuntimeError("seccomp program: the refuse instruction is not where the jumps point")
+    code.append((_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS))
+    if len(code) != enosys + 1:  # the jumps above were counted for this layout
+        raise RuntimeError("seccomp program: the last instructions are not where the jumps point")
     return code
 
 
