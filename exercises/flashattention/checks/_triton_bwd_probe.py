@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 try:  # in the subject: copied beside this file
-    from _triton_probe import GUARD, Launches, Watch, _as_array, _kernel_classes, guarded, scrub
+    from _triton_probe import GUARD, Launches, Watch, _as_array, _grid, _kernel_classes, guarded, scrub
 except ImportError:  # on the trusted side, which imports seeded_inputs from here
-    from ._triton_probe import GUARD, Launches, Watch, _as_array, _kernel_classes, guarded, scrub
+    from ._triton_probe import GUARD, Launches, Watch, _as_array, _grid, _kernel_classes, guarded, scrub
 
 
 class Footprint:
@@ -174,7 +174,14 @@ class Footprint:
                     if type(a) is torch.Tensor:
                         st = a.untyped_storage()
                         storages[st.data_ptr()] = st.nbytes()
+            # A grid lambda is called with the launch's int constants, as the launch record does, and
+            # the grid it gives is the one launched: a lambda cannot show one grid here and run another.
             grid = kwargs.get("grid")
+            if callable(grid):
+                resolved = _grid(grid, {k: v for k, v in kwargs.items()
+                                        if type(v) in (int, bool) and k != "warmup" and isinstance(k, str)})
+                if resolved is not None:
+                    grid = kwargs["grid"] = tuple(resolved)
             programs = None
             if isinstance(grid, (tuple, list)) and all(isinstance(g, int) for g in grid):
                 programs = math.prod(grid)
