@@ -21,6 +21,9 @@ NumPy version is exercise 08). Two kernels, both launched for you by flash_decod
 
 Rows past seq_len must never be loaded (mask them; the checks fill them with NaN, or with
 large finite values): seq_lens alone says which rows are live.
+The launcher only allocates, takes views and casts, and launches: drill counts any other torch
+operation in your file as computing beside the kernels, reading seq_lens on the host included
+(int(seq_lens.max()) to size num_splits fails; size it from S_max, as below).
 With one query row, the scores are a [BLOCK_N] vector: tl.sum(k * q[None, :], 1) does it
 without tl.dot.
 

@@ -28,7 +28,9 @@ a block larger than 128 × 128 elements, let alone a whole head's S × S.
 
 Each program owns the gradient rows it writes, so no atomics are needed (the other layout
 drill accepts, one kernel over key blocks adding dq with tl.atomic_add into a zeroed fp32
-buffer, needs a launcher of your own). dk, dv, dq and delta
+buffer, needs a launcher of your own). A launcher only allocates, takes views, casts, copies
+and launches: drill counts any other torch operation in your file as computing beside the
+kernels (fixing up lse with torch.where, say; do that in the kernels). dk, dv, dq and delta
 are fresh contiguous buffers (row i of head b·H + h starts at (b·H + h)·S·D + i·D); q, k, v, o,
 do and lse arrive with their own strides. S need not be a multiple of the block sizes.
 
