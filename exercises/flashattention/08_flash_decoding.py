@@ -32,6 +32,11 @@ it is (0.0 and negative values included), and a hidden key stays hidden whatever
 and however large or small the visible scores are.
 q, K and V are left unchanged: K and V are the cache, read again at every later step.
 
+Work one chunk at a time, as one thread block does: hold the scores of a single chunk,
+never those of the whole cache (nor every chunk's scores stacked in one array). The
+checks measure peak memory over a long cache, counting everything your file imports:
+write it with NumPy (importing torch alone takes about 200 MB).
+
 Example: sk = 10, num_splits = 4 gives chunks [0:3], [3:6], [6:9], [9:10];
          sk = 3,  num_splits = 5 gives [0:1], [1:2], [2:3] and two empty chunks.
 

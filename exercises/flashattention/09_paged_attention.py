@@ -37,6 +37,9 @@ pages of k_pages and v_pages your code reads. Index the pools you are given by p
 function or conversion of a whole pool (k_pages.reshape(-1, Hkv, d), np.take without
 axis=0, np.asarray(k_pages)) reads every page, and those checks then fail.
 
+A check measures peak memory (a block table far wider than the live pages), counting
+everything your file imports: write it with NumPy (importing torch alone takes about 200 MB).
+
 Check your work:  drill check 09_paged_attention.py
 """
 

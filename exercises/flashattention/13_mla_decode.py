@@ -40,7 +40,8 @@ What makes it fast is never building k_h or v_h at all:
 Then stream the cache in blocks of `block` rows with the online softmax (exercise 03):
 per block an [H, block] score tile, a running max and sum per head, an [H, d_c]
 accumulator. Never hold per-head keys or values [H, S, ·], nor an [H, S] score array:
-the checks measure your peak memory on a long cache.
+the checks measure your peak memory on a long cache, counting everything your file
+imports: write it with NumPy (importing torch alone takes about 200 MB).
 
 Every check watches which rows of c_kv and k_rope your code reads: rows 0 .. seq_len - 1,
 each once for all heads together, at most `block` rows at a time. Slice the arrays you
