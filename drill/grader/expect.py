@@ -61,6 +61,11 @@ def note(text: str) -> None:
     _notes.append(str(text))
 
 
+def noted(text: str) -> bool:
+    """Whether the running check has noted `text` so far."""
+    return text in _notes
+
+
 def take_notes() -> list[str]:
     """The notes made since the last call, cleared."""
     taken = list(_notes)

@@ -29,6 +29,7 @@ import numpy as np
 
 from drill import userfile
 from drill.grader import protocol, sandbox
+from drill.grader.expect import note
 
 HERE = Path(__file__).parent
 OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what the user's code may print before it is stopped
@@ -256,6 +257,8 @@ class Subject:
             if self.group is not None:  # the whole tree: a forked helper's memory counts too
                 peak = max(peak, self.group.read("peak") - self.base_group)
             peak = max(0, peak)
+            if _measurements and sandbox.maps_library(self.contained.pid, "libtorch"):
+                _measurements[-1].torch_loaded = True
         output = self._read_output(start_offset)
         if not reply.get("ok"):
             error = UserCodeError(dict(reply.get("error") or {}))
@@ -474,6 +477,12 @@ def _difference(mine, theirs, rtol: float, atol: float, where: str = "the result
 
 class Measurement:
     peak = 0
+    torch_loaded = False  # the measured subject had torch loaded: its libraries alone are ~200 MB
+
+# Said beside a NumPy exercise's peak when the file brought torch in, so a failed memory check
+# does not read as the learner's arrays being too large.
+TORCH_NOTE = ("your file loads torch, whose libraries alone hold about 200 MB of the measured peak: "
+              "the memory checks count everything the file loads, so write this exercise in NumPy")
 
 
 _measurements: list[Measurement] = []
@@ -488,6 +497,8 @@ def memory_measured():
         yield box
     finally:
         _measurements.pop()
+        if box.torch_loaded:
+            note(TORCH_NOTE)
 
 
 class SubmissionProxy:

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from drill.grader.expect import CheckFailure, take_notes
-from drill.grader.proxy import SubjectGone, SubmissionProxy, UserCodeError
+from drill.grader.expect import CheckFailure, noted, take_notes
+from drill.grader.proxy import TORCH_NOTE, SubjectGone, SubmissionProxy, UserCodeError
 from drill.grader.result import TOO_MUCH_OUTPUT
 
 
@@ -206,6 +206,8 @@ class Recorder:
         if report.when == "setup":
             SubmissionProxy.last_call = None
         if report.failed and call.excinfo is not None and item.nodeid not in self.failed_phase:
+            if isinstance(call.excinfo.value, CheckFailure) and call.excinfo.value.hint and noted(TORCH_NOTE):
+                call.excinfo.value.hint = TORCH_NOTE  # torch's own ~200 MB is what to fix first
             message, details = explain(call.excinfo, self.limit_s, self.memory_mb)
             self.failed_phase[item.nodeid] = {"message": message, "details": details}
             if isinstance(call.excinfo.value, CheckTimeout):
@@ -218,6 +220,9 @@ class Recorder:
         if report.when == "teardown":
             failure = self.failed_phase.get(item.nodeid)
             skipped = self.skipped.get(item.nodeid)
+            notes = take_notes()
+            if failure and failure["details"].get("hint") == TORCH_NOTE:
+                notes.remove(TORCH_NOTE)  # said once, as the likely mistake
             output = "".join(SubmissionProxy.outputs)[-OUTPUT_LIMIT:]  # what the user's code printed
             SubmissionProxy.outputs.clear()
             seconds = time.perf_counter() - self.started.get(item.nodeid, time.perf_counter())
@@ -238,7 +243,7 @@ class Recorder:
                 details=failure["details"] if failure else {},
                 seconds=round(seconds, 4),
                 output=output,
-                notes=take_notes(),
+                notes=notes,
             )
 
     def _save_repro(self, item: pytest.Item) -> None:

@@ -469,6 +469,15 @@ def status_bytes(pid: int, field: str) -> int:
     return 0
 
 
+def maps_library(pid: int, name: str) -> bool:
+    """Whether a shared library whose file name starts with `name` is mapped in process pid."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            return any(line.rsplit("/", 1)[-1].startswith(name) for line in f if "/" in line)
+    except OSError:
+        return False
+
+
 class MemoryGroup:
     """A memory cgroup for the subject's whole tree: a cap on all of it and its true peak.
 
