@@ -370,6 +370,16 @@ def test_reads_a_chunk_at_a_time(sub, rng, name):
         reads, truncated = iocount.summarize(outcome.reads, {"K": sk, "V": sk})
         check_reads_seen(call, reads, truncated)
         for array_name, r in reads.items():
+            # An elementwise pass (K * scale, -K) uses every chunk at once, and what it returns is a
+            # plain copy whose later reads no log sees.
+            if r.whole_passes:
+                fail(f"{array_name} was used whole in an elementwise operation (observed)", called=str(call),
+                     got=f"{r.whole_passes} elementwise pass{'es' if r.whole_passes > 1 else ''} over all "
+                         f"{sk} rows of {array_name}",
+                     expected=f"reads of one chunk at a time: {_chunks_text(sk, n)}",
+                     hint=(f"an operation such as {array_name} * scale reads the whole cache in one go, which no "
+                           "split-KV thread block does (and reads the cache twice per decode step): scale each "
+                           "chunk's scores instead, (q @ K[start:stop].T) * scale"))
             if r.largest > chunk:
                 fail(f"{array_name} was read {r.largest} rows at a time; a chunk is ceil(sk / num_splits) = {chunk} "
                      "keys (observed)", called=str(call), got=f"largest read of {array_name}: {r.largest} rows",
@@ -422,11 +432,7 @@ def test_long_cache_memory(sub, rng):
                        "merge the partials" if name == "flash_decode" else
                        "split_kv_partials built the scores over the whole cache, then cut them: compute S for one "
                        "chunk of keys at a time, q @ K[start:stop].T"))
-        if name == "flash_decode":
-            o, lse = pair(result, call, "o, lse", ((LONG_SQ, LONG_D), (LONG_SQ,)))
-            o_ref, lse_ref = attention(q, K, V, False, None)
-            close(o, o_ref, call, atol=O_ATOL, rtol=O_RTOL, what="o (attention over the whole cache)",
-                  hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+        _check_long_values(name, result, call, q, K, V, {}, atol=O_ATOL, rtol=O_RTOL)
     # One query row (the decode step itself) against 2^21 keys of width 1, with causal=True and an
     # explicit scale (the arguments a shortcut could hide behind): one score row over the whole cache
     # (16 MiB) is as large as K itself, so even one row at a time stands out above the inputs and a
@@ -446,11 +452,22 @@ def test_long_cache_memory(sub, rng):
                            f"work; one query row of scores over the whole cache is {VERY_LONG_SK * 8 / 2**20:.0f} MiB"),
                  hint=("a query row's scores were computed over the whole cache (one row at a time still holds all "
                        "sk of them): give each chunk only its own keys, K[start:stop], and merge the partials"))
-        if name == "flash_decode":
-            o, lse = pair(result, call, "o, lse", ((1, 1), (1,)))
-            o_ref, lse_ref = merge(*partials(q, K, V, LONG_SPLITS, True, kw["scale"]))
-            close(o, o_ref, call, atol=1e-8, rtol=1e-8, what="o (attention over the whole cache)",
-                  hint="memory is fine, but o is wrong at this size; the other checks name the mistake")
+        _check_long_values(name, result, call, q, K, V, kw, atol=1e-8, rtol=1e-8)
+
+
+def _check_long_values(name, result, call, q, K, V, kw, *, atol, rtol):
+    """Both outputs of either function on a long cache: code may be right only below these sizes."""
+    sq, d = q.shape[0], V.shape[1]
+    want = partials(q, K, V, LONG_SPLITS, kw.get("causal", False), kw.get("scale"))
+    if name == "flash_decode":
+        want = merge(*want)
+        shapes, labels = ((sq, d), (sq,)), ("o (attention over the whole cache)", "lse")
+    else:
+        shapes, labels = ((LONG_SPLITS, sq, d), (LONG_SPLITS, sq)), ("O_parts", "L_parts")
+    got = pair(result, call, ", ".join(label.split()[0] for label in labels), shapes)
+    for mine, ref, label in zip(got, want, labels):
+        close(mine, ref, call, atol=atol, rtol=rtol, what=label,
+              hint="memory is fine, but the result is wrong at this size; the other checks name the mistake")
 
 
 # What the functions should return, for `drill check --repro` (values only reach the learner).
