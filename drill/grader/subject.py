@@ -141,6 +141,8 @@ def _call(np, module, user_file: str, header: dict, payload):
         reply["reads"] = _packed_reads(np, log)
     value = result if probe is not None else {"result": _from_torch(result)}  # a helper returns plain values
     if header.get("return_args"):
+        if log is not None:  # a recorded input's memory holds placeholders; its values are kept aside
+            args = [recording.values_of(a) for a in args]
         value["args"] = [_from_torch(a) for a in args]
     return reply, value
 

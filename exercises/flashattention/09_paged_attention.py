@@ -29,7 +29,9 @@ multi-query attention (every query head reads the one KV head).
 
 Anything outside the live cache may hold garbage, NaN included: slots past seq_len in
 a sequence's last page, and pages that no sequence references. Several sequences may
-point at the same physical pages (a shared prompt prefix).
+point at the same physical pages (a shared prompt prefix). Every input is left as it was:
+the pool is the cache that every later decode step reads (scale a product, never q or a
+page in place).
 
 Only the pages that hold a sequence's keys are to be read, and the checks watch which
 pages of k_pages and v_pages your code reads. Index the pools you are given by page

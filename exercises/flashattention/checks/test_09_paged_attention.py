@@ -448,6 +448,33 @@ def check_no_slabs(call, reads, pool) -> None:
                  + f". Gather the pages by number, {name}[block_table[b, :ceil(seq_len / page_size)]]")
 
 
+@pytest.mark.observed
+def test_inputs_untouched(sub, rng):
+    """q, k_pages, v_pages, block_table and seq_lens are left as they were: the pool is the cache every later step reads (observed)"""
+    # Watched like every other call (the pools come back as the values they hold after the call, NaN
+    # poison included), with shared prefix pages, a group, MQA, and the default, a negative and a zero scale.
+    for lens, ps, Hq, hkv, d, scale in [([20, 11, 33], 8, 4, 2, 8, None), ([13, 30], 5, 3, 1, 5, -0.6),
+                                        ([24, 9], 4, 4, 4, 8, 0.0)]:
+        pool = build_pool(rng, lens, ps, hkv, d, shared_prefix_pages=1)
+        q = _queries(rng, len(lens), Hq, d)
+        before = (q, pool.k_pages, pool.v_pages, pool.block_table, pool.seq_lens)
+        kw = {} if scale is None else {"scale": scale}
+        call = Call("paged_decode", f"q[{len(lens)}x{Hq}x{d}], {pool.describe()}"
+                    + (f", scale={scale:.6g}" if scale is not None else ""))
+        after = observed_call(sub.paged_decode, call, *(a.copy() for a in before), record=RECORD,
+                              _hints=WARNING_HINTS, return_args=True, **kw).args or []
+        for i, label in enumerate(("q", "k_pages", "v_pages", "block_table", "seq_lens")):
+            now = after[i] if len(after) > i else None
+            if not (isinstance(now, np.ndarray) and now.shape == before[i].shape
+                    and np.array_equal(now, before[i], equal_nan=True)):
+                fail(f"paged_decode changed its input {label} in place", called=str(call),
+                     hint=(f"{label} is the caller's" + (": the pool is the KV cache every later decode step reads, "
+                                                         "its prefix pages shared by several sequences"
+                                                         if label.endswith("pages") else "") +
+                           "; k_pages[p, :rows] is a view, so an in-place operation on it (or on q, or an out= "
+                           "into an input) writes through: scale the scores, (K @ q[b, h]) * scale, never an input"))
+
+
 def _reference_from_arrays(q, k_pages, v_pages, block_table, seq_lens, scale=None):
     """The reference for a call given as the arrays paged_decode takes (the keys read back from the
     pages its block table names)."""

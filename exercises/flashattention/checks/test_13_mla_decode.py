@@ -413,23 +413,27 @@ def test_reads_cache_once(sub, rng):
 
 @pytest.mark.observed
 def test_inputs_untouched(sub, rng):
-    """q_nope, q_rope, W_uk and W_uv are not modified, under the default scale and a given one"""
-    # Watched like every other call. The cache arrays are recording ones here, so only the plain
-    # inputs are compared: q_nope, q_rope, W_uk and W_uv.
-    for kw in ({"block": 16}, {"block": 16, "scale": -0.6}, {"block": 7, "scale": 1.3}):
+    """q_nope, q_rope, the cache (c_kv, k_rope), W_uk and W_uv are not modified, under the default scale and a given one"""
+    # Watched like every other call: the cache arrays come back as the values they hold after the
+    # call (NaN past seq_len, as passed in), not as the placeholders watching puts in their memory.
+    for kw in ({"block": 16}, {"block": 16, "scale": -0.6}, {"block": 7, "scale": 1.3}, {"block": 8, "scale": 0.0}):
         x = draw(rng, 5, 12, 8, 4, 6, 50, 41)
         call = describe_call(x, kw)
         outcome = observed_call(sub.mla_decode, call, *x.args(), record=RECORD, _hints=WARNING_HINTS,
                                 return_args=True, **kw)
         after = outcome.args or []
-        for i, label, then in ((0, "q_nope", x.q_nope), (1, "q_rope", x.q_rope), (4, "W_uk", x.W_uk),
-                               (5, "W_uv", x.W_uv)):
+        for i, label, then in ((0, "q_nope", x.q_nope), (1, "q_rope", x.q_rope), (2, "c_kv", x.c_kv),
+                               (3, "k_rope", x.k_rope), (4, "W_uk", x.W_uk), (5, "W_uv", x.W_uv)):
             now = after[i] if len(after) > i else None
-            if not (isinstance(now, np.ndarray) and now.shape == then.shape and matches(now, then, atol=0.0)):
+            if not (isinstance(now, np.ndarray) and now.shape == then.shape
+                    and np.array_equal(now, then, equal_nan=True)):
+                whose = ("the model weights" if label.startswith("W") else
+                         "the cache, read again at every later decode step" if label in ("c_kv", "k_rope") else
+                         "the query")
                 fail(f"mla_decode changed its input {label} in place", called=str(call),
-                     hint=(f"{label} is the caller's ({'the model weights' if label.startswith('W') else 'the query'}"
-                           "): scale the scores, (q_lat @ c.T + q_rope @ r.T) * scale, or a copy "
-                           "(q_nope * scale), never q_nope *= scale or an out= into an input"))
+                     hint=(f"{label} is the caller's ({whose}): c_kv[lo:hi] is a view, so r *= scale writes into "
+                           "the cache; scale the scores, (q_lat @ c.T + q_rope @ r.T) * scale, or a copy "
+                           "(q_nope * scale), never an input in place or an out= into one"))
 
 
 # What the function should return, for `drill check --repro` (values only reach the learner).

@@ -1,6 +1,6 @@
 # drill: flashattention/mla-decode
 # planted: the absorbed query is built in the caller's W_uk (W_uk *= q_nope[:, None, :]), changing the weights
-# expect-fail: q_nope, q_rope, W_uk and W_uv are not modified
+# expect-fail: q_nope, q_rope, the cache (c_kv, k_rope), W_uk and W_uv are not modified
 """Planted mistake: W_uk is multiplied by the query in place to absorb it, changing the model's weights."""
 import math
 
