@@ -12,10 +12,9 @@ from drill.grader.expect import Call, array, close, fail, matches, note, show
 
 from ._attention_reference import (
     WATCHED_VALUES_HINT,
-    MEMORY_SIZE,
+    PEAK_LIMIT_BYTES,
     long_attention,
     check_block_reads,
-    check_peak,
     check_reads_seen,
     near_ties,
     observed_call,
@@ -28,7 +27,9 @@ from ._block_mask_reference import attention, dense_mask, kinds_of, packed, tile
 O_ATOL, O_RTOL = 1e-9, 1e-9
 L_ATOL, L_RTOL = 1e-9, 1e-12
 PROBE = Path(__file__).with_name("_block_mask_probe.py")
-KINDS_MEMORY_SIZE = 8192
+# block_kinds' memory is measured at a length drawn from this range (a dense boolean mask is 16 to
+# 64 MiB there, against a 12 MiB limit) and a drawn tile size, so no one size marks the measured call.
+KINDS_MEMORY_SIZES, KINDS_MEMORY_TILES = (4096, 8192), (112, 128, 144)
 KIND_WORDS = {0: "0 (empty: skip)", 1: "1 (partial: mask)", 2: "2 (full: no mask)"}
 
 
@@ -169,10 +170,13 @@ def test_kinds_any_document_ids(sub, rng):
 
 
 @pytest.mark.peak_memory
-def test_kinds_memory(sub):
-    """block_kinds at sq = sk = 8192 never builds an sq×sk mask (peak memory measured)"""
-    n, B = KINDS_MEMORY_SIZE, 128
-    kv_doc = packed([1000, 3000, 192, 2000, 2000])
+def test_kinds_memory(sub, rng):
+    """block_kinds at sq = sk = 4096 to 8192 never builds an sq×sk mask (peak memory measured)"""
+    B = int(rng.choice(KINDS_MEMORY_TILES))
+    n = B * int(rng.integers(-(-KINDS_MEMORY_SIZES[0] // B), KINDS_MEMORY_SIZES[1] // B + 1))
+    # Five documents of drawn lengths, ending inside tiles: full, partial and empty tiles all occur.
+    cuts = np.sort(rng.choice(np.arange(1, n // B), 4, replace=False)) * B + rng.integers(0, B, size=4)
+    kv_doc = packed(np.diff(np.concatenate([[0], cuts, [n]])))
     # Documents only, causal and a window: block_kinds is measured under every kind of mask (the
     # forward may judge its tiles elsewhere, so its own memory checks say nothing about this one).
     for window, causal in ((None, False), (None, True), (300, False)):
@@ -328,33 +332,43 @@ def test_large_logits(sub, rng):
     check_forward(sub, Q, K, V, kv_doc, kv_doc, causal=True, Br=8, Bc=16, o_atol=1e-7, l_atol=1e-7)
 
 
+# The forward's memory is measured at a drawn length and tile size, with drawn documents: at any
+# length here a boolean sq×sk mask (13 MiB and more) and a float64 score matrix stand above the limit.
+FORWARD_MEMORY_SIZES, FORWARD_MEMORY_TILES = (3712, 4608), (112, 128, 144)
+
+
 @pytest.mark.peak_memory
 def test_forward_memory(sub, rng):
-    """Peak memory at sq = sk = 4096 (Br = Bc = 128) stays far below one score matrix or dense mask"""
-    n, d = MEMORY_SIZE, 16
-    kv_doc = packed([700, 1500, 396, 1500])
+    """Peak memory at sq = sk of 3712 to 4608 (tiles of about 128) stays far below one score matrix or dense mask"""
+    n, d, B = int(rng.integers(*FORWARD_MEMORY_SIZES)), 16, int(rng.choice(FORWARD_MEMORY_TILES))
+    kv_doc = packed(np.diff(np.concatenate([[0], np.sort(rng.choice(np.arange(1, n), 3, replace=False)), [n]])))
     Q, K, V = _inputs(rng, n, n, d)
     # Causal, then documents only (an encoder over packed documents): a shortcut may hide in either path.
     # Explicit scales: the tiled path must not depend on scale=None.
     for causal, scale in ((True, 0.3), (False, -0.4)):
-        _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale)
+        _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale, B)
 
 
-def _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale):
+def _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale, B):
     n, d = Q.shape
-    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal={causal}, Br=128, Bc=128, "
+    call = Call("masked_flash_forward", f"Q, K, V [{n}x{d}], 4 documents, causal={causal}, Br={B}, Bc={B}, "
                                         f"scale={scale}")
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(),
-                              kv_doc.copy(), kv_doc.copy(), causal=causal, Br=128, Bc=128, scale=scale)
-    check_peak(peak, call, "masked_flash_forward")
+                              kv_doc.copy(), kv_doc.copy(), causal=causal, Br=B, Bc=B, scale=scale)
+    sizes = f"one {n}×{n} float64 score matrix is {n * n * 8 / 2**20:.0f} MiB, a boolean mask {n * n / 2**20:.0f} MiB"
+    if peak > PEAK_LIMIT_BYTES:
+        fail(f"masked_flash_forward held {peak / 2**20:.1f} MiB at its peak: that is an sq×sk array, not tiles",
+             called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
+             expected=f"under {PEAK_LIMIT_BYTES / 2**20:.0f} MiB ({sizes})",
+             hint="a full score matrix (or mask) was materialised: compute S, P and the mask one [Br, Bc] tile at a "
+                  "time inside the loops")
     # Each note names its call: equal notes are shown once, so two calls with the same peak would merge.
-    note(f"peak memory during the call with causal={causal}: {peak / 2**20:.1f} MiB (limit 12 MiB; one {n}×{n} "
-         f"float64 score matrix is "
-         f"{n * n * 8 / 2**20:.0f} MiB, a boolean mask {n * n / 2**20:.0f} MiB)")
+    note(f"peak memory during the call with causal={causal}: {peak / 2**20:.1f} MiB (limit "
+         f"{PEAK_LIMIT_BYTES / 2**20:.0f} MiB; {sizes})")
     O, L = pair(result, call, "O, L", ((n, d), (n,)))
     # Every row, 512 at a time: code right on most rows and wrong on a few is still wrong.
     parts = [attention(Q[i:i + 512], K, V, dense_mask(kv_doc[i:i + 512], kv_doc, None, False)
-                       & ((np.arange(n)[None, :] <= np.arange(i, i + 512)[:, None]) | (not causal)), scale)
+                       & ((np.arange(n)[None, :] <= np.arange(i, min(i + 512, n))[:, None]) | (not causal)), scale)
              for i in range(0, n, 512)]
     hint = "memory is fine, but the result is wrong at this size; the other checks name the mistake"
     close(O, np.concatenate([o for o, _ in parts]), call, atol=O_ATOL, rtol=O_RTOL, what="O", hint=hint)

@@ -2,7 +2,7 @@
 # planted: kinds 1 and 2 are swapped (1 for full, 2 for partial)
 # expect-fail: block_kinds matches the dense mask tile by tile
 # expect-fail: Document ids are labels
-# expect-fail: block_kinds at sq = sk = 8192
+# expect-fail: block_kinds at sq = sk = 4096 to 8192
 """Planted mistake: kinds 1 and 2 are swapped (1 for full, 2 for partial)."""
 
 import math
