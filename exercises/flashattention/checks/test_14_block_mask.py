@@ -29,7 +29,7 @@ L_ATOL, L_RTOL = 1e-9, 1e-12
 PROBE = Path(__file__).with_name("_block_mask_probe.py")
 # block_kinds' memory is measured at a length drawn from this range (a dense boolean mask is 16 to
 # 64 MiB there, against a 12 MiB limit) and a drawn tile size, so no one size marks the measured call.
-KINDS_MEMORY_SIZES, KINDS_MEMORY_TILES = (4096, 8192), (112, 128, 144)
+KINDS_MEMORY_SIZES, KINDS_MEMORY_TILES = (4096, 8192), (128, 136, 144)
 KIND_WORDS = {0: "0 (empty: skip)", 1: "1 (partial: mask)", 2: "2 (full: no mask)"}
 
 
@@ -334,12 +334,12 @@ def test_large_logits(sub, rng):
 
 # The forward's memory is measured at a drawn length and tile size, with drawn documents: at any
 # length here a boolean sq×sk mask (13 MiB and more) and a float64 score matrix stand above the limit.
-FORWARD_MEMORY_SIZES, FORWARD_MEMORY_TILES = (3712, 4608), (112, 128, 144)
+FORWARD_MEMORY_SIZES, FORWARD_MEMORY_TILES = (3712, 4352), (128, 136, 144)
 
 
 @pytest.mark.peak_memory
 def test_forward_memory(sub, rng):
-    """Peak memory at sq = sk of 3712 to 4608 (tiles of about 128) stays far below one score matrix or dense mask"""
+    """Peak memory at sq = sk of 3712 to 4352 (tiles of 128 to 144) stays far below one score matrix or dense mask"""
     n, d, B = int(rng.integers(*FORWARD_MEMORY_SIZES)), 16, int(rng.choice(FORWARD_MEMORY_TILES))
     kv_doc = packed(np.diff(np.concatenate([[0], np.sort(rng.choice(np.arange(1, n), 3, replace=False)), [n]])))
     Q, K, V = _inputs(rng, n, n, d)
@@ -375,19 +375,21 @@ def _check_forward_memory(sub, Q, K, V, kv_doc, causal, scale, B):
     close(L, np.concatenate([lse for _, lse in parts]), call, atol=L_ATOL, rtol=L_RTOL, what="L", hint=hint)
 
 
-# LONG_SQ = Br query rows against 2^21 keys of width 1, a sliding window of 4096: one row of scores over
-# all keys is 16 MiB (as large as K itself), the whole sq×sk mask 32 MiB even as booleans, while a live
-# tile is 0.5 MiB. The limit is the inputs plus LONG_SLACK_BYTES.
-LONG_SQ, LONG_SK, LONG_WINDOW, LONG_BC, LONG_SLACK_BYTES = 16, 2**21, 4096, 4096, 8 * 2**20
+# LONG_SQ = Br query rows against about 2^21 keys of width 1 (drawn, so that no one length marks these
+# calls), a sliding window of 4096: one row of scores over all keys is 14 MiB or more (about as large as K
+# itself), the whole sq×sk mask 28 MiB even as booleans, while a live tile is 0.5 MiB. The limit is the
+# inputs plus LONG_SLACK_BYTES.
+LONG_SQ, LONG_SK_RANGE, LONG_WINDOW, LONG_BC, LONG_SLACK_BYTES = 16, (2**21 - 2**18, 2**21), 4096, 4096, 8 * 2**20
 
 
 @pytest.mark.peak_memory
 def test_forward_memory_long_keys(sub, rng):
-    """Peak memory with 16 query rows against 2^21 keys in a sliding window stays at tiles"""
-    Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)
-    q_doc, kv_doc = np.zeros(LONG_SQ, dtype=np.int64), np.zeros(LONG_SK, dtype=np.int64)
+    """Peak memory with 16 query rows against about 2^21 keys in a sliding window stays at tiles"""
+    sk = int(rng.integers(LONG_SK_RANGE[0], LONG_SK_RANGE[1] + 1))
+    Q, K, V = _inputs(rng, LONG_SQ, sk, 1)
+    q_doc, kv_doc = np.zeros(LONG_SQ, dtype=np.int64), np.zeros(sk, dtype=np.int64)
     kw = dict(window=LONG_WINDOW, causal=True, Br=16, Bc=LONG_BC)
-    call = Call("masked_flash_forward", f"Q [{LONG_SQ}x1], K, V [{LONG_SK}x1], one document, window={LONG_WINDOW}, "
+    call = Call("masked_flash_forward", f"Q [{LONG_SQ}x1], K, V [{sk}x1], one document, window={LONG_WINDOW}, "
                                         f"causal=True, Br=16, Bc={LONG_BC}")
     held = Q.nbytes + K.nbytes + V.nbytes + q_doc.nbytes + kv_doc.nbytes
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
@@ -396,13 +398,13 @@ def test_forward_memory_long_keys(sub, rng):
         fail(f"masked_flash_forward held {(peak - held) / 2**20:.1f} MiB beyond its inputs on a long K",
              called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
              expected=(f"under {(held + LONG_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) and "
-                       f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {LONG_SK:,} keys is "
-                       f"{LONG_SK * 8 / 2**20:.0f} MiB, the {LONG_SQ}×{LONG_SK:,} boolean mask "
-                       f"{LONG_SQ * LONG_SK / 2**20:.0f} MiB"),
+                       f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {sk:,} keys is "
+                       f"{sk * 8 / 2**20:.0f} MiB, the {LONG_SQ}×{sk:,} boolean mask "
+                       f"{LONG_SQ * sk / 2**20:.0f} MiB"),
              hint=("a row of scores (or of mask values) over all keys was built, then masked: only the tiles of "
                    "kind 1 and 2 may be computed, each from its own rows and keys"))
     O, L = pair(result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
-    live = slice(LONG_SK - LONG_WINDOW - LONG_SQ, LONG_SK)  # the keys any row's window reaches (and a few more)
+    live = slice(sk - LONG_WINDOW - LONG_SQ, sk)  # the keys any row's window reaches (and a few more)
     O_ref, L_ref = attention(Q, K[live], V[live], dense_mask(q_doc, kv_doc[live], LONG_WINDOW, True))
     close(O, O_ref, call, atol=1e-8, rtol=1e-8, what="O", hint="memory is fine, but O is wrong on a long K")
     close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
@@ -410,16 +412,17 @@ def test_forward_memory_long_keys(sub, rng):
 
 @pytest.mark.peak_memory
 def test_forward_memory_long_keys_all_live(sub, rng):
-    """Peak memory with 16 query rows against 2^21 keys that are nearly all visible stays at tiles"""
+    """Peak memory with 16 query rows against about 2^21 keys that are nearly all visible stays at tiles"""
     # Every tile but the first is full here, so skipping empty tiles saves nothing: code that gathers
     # the live tiles of a query block into one strip of scores holds a row over all keys.
-    Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)
+    sk = int(rng.integers(LONG_SK_RANGE[0], LONG_SK_RANGE[1] + 1))
+    Q, K, V = _inputs(rng, LONG_SQ, sk, 1)
     first = LONG_BC // 2  # the keys of another document: the first tile is partial
     q_doc = np.full(LONG_SQ, 3, dtype=np.int64)
-    kv_doc = np.full(LONG_SK, 3, dtype=np.int64)
+    kv_doc = np.full(sk, 3, dtype=np.int64)
     kv_doc[:first] = 4
     kw = dict(Br=16, Bc=LONG_BC, scale=0.7)
-    call = Call("masked_flash_forward", f"Q [{LONG_SQ}x1], K, V [{LONG_SK}x1], two documents (the first "
+    call = Call("masked_flash_forward", f"Q [{LONG_SQ}x1], K, V [{sk}x1], two documents (the first "
                                         f"{first} keys are another's), Br=16, Bc={LONG_BC}, scale=0.7")
     held = Q.nbytes + K.nbytes + V.nbytes + q_doc.nbytes + kv_doc.nbytes
     peak, result = peak_bytes(quiet_call, sub.masked_flash_forward, call, Q.copy(), K.copy(), V.copy(), q_doc.copy(),
@@ -428,8 +431,8 @@ def test_forward_memory_long_keys_all_live(sub, rng):
         fail(f"masked_flash_forward held {(peak - held) / 2**20:.1f} MiB beyond its inputs on a long K",
              called=str(call), got=f"peak memory {peak / 2**20:.1f} MiB during the call",
              expected=(f"under {(held + LONG_SLACK_BYTES) / 2**20:.0f} MiB: the inputs ({held / 2**20:.0f} MiB) and "
-                       f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {LONG_SK:,} keys is "
-                       f"{LONG_SK * 8 / 2**20:.0f} MiB"),
+                       f"{LONG_SLACK_BYTES / 2**20:.0f} MiB for tiles; one row of scores over all {sk:,} keys is "
+                       f"{sk * 8 / 2**20:.0f} MiB"),
              hint=("the scores of a query block against all its visible keys were held at once (the live tiles "
                    "gathered into one strip): visit the tiles of kind 1 and 2 one at a time and combine them with "
                    "the online softmax, so only one [Br, Bc] tile of scores exists at a time"))

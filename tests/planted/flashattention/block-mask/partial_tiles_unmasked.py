@@ -5,7 +5,7 @@
 # expect-fail: Rows that see no key
 # expect-fail: An explicit scale
 # expect-fail: Scores of magnitude
-# expect-fail: Peak memory at sq = sk of 3712 to 4608
+# expect-fail: Peak memory at sq = sk of 3712 to 4352
 # expect-fail: No score tile is computed
 """Planted mistake: partial tiles are used without their mask, like full ones."""
 

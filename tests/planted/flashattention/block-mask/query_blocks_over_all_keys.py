@@ -1,6 +1,6 @@
 # drill: flashattention/block-mask
 # planted: each block of query rows is scored against every key and masked: no tile is skipped
-# expect-fail: Peak memory with 16 query rows against 2^21 keys
+# expect-fail: Peak memory with 16 query rows against about 2^21 keys
 # expect-fail: No score tile is computed for an empty block
 """Planted mistake: the mask is applied to whole rows of scores, a block of queries at a time."""
 

@@ -5,7 +5,7 @@ whose reads are checked) and the sizes the memory checks used (sq = sk = 4096 wi
 and 2^21 keys); there it runs the honest tiled loop. block_kinds is honest.
 
 Slipped past every check: no unwatched call but the memory checks is large enough for memory to
-show a dense forward. test_forward_memory now draws the length (3712 to 4608), the tile size and
+show a dense forward. test_forward_memory now draws the length (3712 to 4352), the tile size and
 the documents. Dense code below a length where a score matrix fits the budget is the known limit
 (memory cannot see it, and watched calls are read-checked).
 """
