@@ -14,7 +14,7 @@ logged again (element-by-element gathers of a row would otherwise fill the log).
 An array recorded with "views" (record={position: [name, "views"]}) logs uses, not slices:
 `c[a:b]` is a recording view of rows a..b that logs nothing until it is used, so a prefix
 sliced once and then used whole again and again shows every use.
-A float input's own memory holds placeholders (NaN); its values are kept in this module, not
+A float input's own memory holds placeholders (NaN, read-only); its values are kept in this module, not
 on the array, and reach the code only through the paths above, which log. A conversion that takes the memory itself
 (`np.asarray(K)`, `np.array(K)`, a buffer) gets the placeholders, so work done on it behind
 a loop of slices that fakes the log comes out NaN; the common methods that copy or reshape
@@ -305,6 +305,14 @@ def _rows(array: RecordingArray, key) -> None:
             _record(array, int(index.min()) % n, int(index.max()) % n + 1, int(index.size))
 
 
+def _placeholders(values: np.ndarray) -> np.ndarray:
+    """NaN of values' shape and dtype, in memory no one can write: a memory check subtracts the
+    placeholders as the grader's own, so writable ones would be scratch space the code never pays
+    for. Backed by bytes, the array cannot be made writable (nor can any view of it)."""
+    nan = np.full(1, np.nan, dtype=values.dtype).tobytes() * values.size  # one allocation, no copy after
+    return np.frombuffer(nan, dtype=values.dtype).reshape(values.shape)
+
+
 def wrap(args: list, names: dict) -> tuple[list, list]:
     """Make the arguments at the given positions recording; returns (args, the shared log)."""
     log: list = []
@@ -316,7 +324,7 @@ def wrap(args: list, names: dict) -> tuple[list, list]:
         if i < len(wrapped) and isinstance(wrapped[i], np.ndarray):
             values = wrapped[i]
             if values.dtype.kind == "f":  # sealed: its own memory holds placeholders
-                rec = np.full_like(values, np.nan).view(RecordingArray)
+                rec = _placeholders(values).view(RecordingArray)
                 _seal(rec, values)
             else:
                 rec = values.view(RecordingArray)
