@@ -41,9 +41,12 @@ class Footprint:
         self._patched: list = []
         self._handle = None
         self._builder = None
-        # Under the interpreter: the program count of every launch whose programs called tl.dot
-        # (the kernels that build score blocks), so one program per head looping over the
-        # whole sequence shows up even beside a tiled decoy launch.
+        # Under the interpreter, one record per launch whose programs called tl.dot (the kernels
+        # that build score blocks): its program count from the grid, and the dot work (M·N·K of
+        # every tl.dot, K·N per row of the left operand) of each program, told apart by the
+        # interpreter's grid index. The grid alone says nothing of which programs work: one
+        # program per head walking the whole sequence beside idle (or decoy) programs shows up
+        # as one program holding a whole head's share of the work.
         self.dot_launches: list = []
         self._current = None
 
@@ -112,8 +115,14 @@ class Footprint:
             saved["create_dot"] = dot
 
             def hooked(builder, *args, **kwargs):
-                if footprint._current is not None:
-                    footprint._current["dot"] = True
+                current = footprint._current
+                if current is not None:
+                    current["dot"] = True
+                    where, work = _program_index(builder), _dot_work(args, kwargs)
+                    if where is None or work is None:  # fails closed: work that cannot be placed
+                        current["unplaced"] = True
+                    else:
+                        current["work"][where] = current["work"].get(where, 0) + work
                 return dot(builder, *args, **kwargs)
 
             InterpreterBuilder.create_dot = hooked
@@ -185,12 +194,18 @@ class Footprint:
             programs = None
             if isinstance(grid, (tuple, list)) and all(isinstance(g, int) for g in grid):
                 programs = math.prod(grid)
-            outer, footprint._current = footprint._current, {"programs": programs, "dot": False}
+            outer = footprint._current
+            footprint._current = {"programs": programs, "dot": False, "work": {}, "unplaced": False}
             try:
                 return original(this, *args, **kwargs)
             finally:
-                if footprint._current["dot"]:
-                    footprint.dot_launches.append(footprint._current["programs"])
+                seen = footprint._current
+                if seen["dot"]:
+                    work = list(seen["work"].values())
+                    placed = not seen["unplaced"] and bool(work)
+                    footprint.dot_launches.append({
+                        "programs": programs, "working": len(work),
+                        "total": sum(work) if placed else None, "largest": max(work) if placed else None})
                 footprint._current = outer
 
         return run
@@ -210,6 +225,35 @@ class Footprint:
                 seen.add(key)
                 total -= t.numel() * t.element_size()
         return max(0, total)
+
+
+def _program_index(builder):
+    """The interpreter's grid index of the program running now, (x, y, z) ints; None when this
+    triton's builder does not keep one as expected (then no work can be told apart)."""
+    where = getattr(builder, "grid_idx", None)
+    if type(where) is tuple and len(where) == 3 and all(type(i) is int and i >= 0 for i in where):
+        return where
+    if type(where) in (tuple, list) and len(where) == 3:
+        try:
+            where = tuple(int(i) for i in where)
+        except (TypeError, ValueError):
+            return None
+        return where if all(i >= 0 for i in where) else None
+    return None
+
+
+def _dot_work(args, kwargs):
+    """M·N·K of one tl.dot under the interpreter (batch dimensions multiplied in), from the shapes
+    of its two operands' NumPy arrays; None for any form not understood."""
+    a = args[0] if len(args) > 0 else kwargs.get("a", kwargs.get("lhs"))
+    b = args[1] if len(args) > 1 else kwargs.get("b", kwargs.get("rhs"))
+    shape_a = getattr(getattr(a, "data", None), "shape", None)
+    shape_b = getattr(getattr(b, "data", None), "shape", None)
+    if not isinstance(shape_a, tuple) or not isinstance(shape_b, tuple) or len(shape_a) < 2 or len(shape_b) < 2:
+        return None
+    if shape_a[-1] != shape_b[-2]:
+        return None
+    return int(math.prod(shape_a)) * int(shape_b[-1])
 
 
 def call(fn, args, kwargs, spec: dict, user_file: str):
