@@ -21,8 +21,9 @@ from drill.grader.expect import CheckFailure, close, fail, matches, show
 from drill.grader import fixtures
 
 from ._ring_runs import CASES as _SHARED_CASES
-from ._ring_runs import (MEMORY_WORLDS, WORLDS, Case, _check_work_is_matmuls, cases_in, check_future_work_skipped,
-                         check_rank_memory, combine, group_ranks, launch, partials, shard_of)
+from ._ring_runs import (MEMORY_WORLDS, WORLDS, BothMemoryCases, Case, _check_work_is_matmuls, cases_in,
+                         check_future_work_skipped, check_rank_memory, combine, group_ranks, launch, partials,
+                         shard_of)
 
 # The shared cases, plus one without a mask on a group with gaps: the group's peers must be right
 # whether or not causal is set, and its matmul work is the yardstick for the causal "group_gaps".
@@ -32,6 +33,8 @@ CASES = _SHARED_CASES[:5] + (
 ) + _SHARED_CASES[5:-1] + (
     Case("group_plain", causal=False, n=4, d=8, spread=1.0, group=(0, 2, 3), worlds=(3, 4)),
     _SHARED_CASES[-1],
+    # Causal too: a rank that gathers every shard only when causal is set must meet the memory check.
+    Case("memory_causal", causal=True, n=4, d=65536, spread=1.0, worlds=MEMORY_WORLDS),
 )
 BY_NAME = {c.name: c for c in CASES}
 # (no mask, causal) pairs of the same shapes and group: the causal one must skip future shards.
@@ -527,13 +530,14 @@ def test_explicit_group(runs):
 
 
 def test_memory_per_rank(runs):
-    """No rank's peak memory grows with the ring (rings of 4 and 8, shards of 2 MiB): no rank holds every K/V shard"""
-    c = BY_NAME["memory"]
+    """No rank's peak memory grows with the ring (rings of 4 and 8, shards of 2 MiB, with and without causal): no rank holds every K/V shard"""
     for world in MEMORY_WORLDS:
-        outs = _outputs(runs, world, "memory")
-        _, (o_ref, l_ref) = _reference(runs, world, "memory")
-        for rank, (o, lse) in enumerate(outs):
-            rows = slice(rank * c.n, (rank + 1) * c.n)
-            close(o, o_ref[rows], c.call(world, rank), atol=1e-9, rtol=1e-9, what=f"rank {rank}'s o")
-            close(lse, l_ref[rows], c.call(world, rank), atol=1e-9, rtol=1e-9, what=f"rank {rank}'s lse")
-    check_rank_memory(runs, c, "the K and V shards of every rank")
+        for name in ("memory", "memory_causal"):
+            c = BY_NAME[name]
+            outs = _outputs(runs, world, name)
+            _, (o_ref, l_ref) = _reference(runs, world, name)
+            for rank, (o, lse) in enumerate(outs):
+                rows = slice(rank * c.n, (rank + 1) * c.n)
+                close(o, o_ref[rows], c.call(world, rank), atol=1e-9, rtol=1e-9, what=f"rank {rank}'s o")
+                close(lse, l_ref[rows], c.call(world, rank), atol=1e-9, rtol=1e-9, what=f"rank {rank}'s lse")
+    check_rank_memory(runs, BothMemoryCases(BY_NAME["memory"]), "the K and V shards of every rank")
