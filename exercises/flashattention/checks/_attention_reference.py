@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from drill import iocount
-from drill.grader.expect import Call, array, fail, note, show
+from drill.grader.expect import Call, array, fail, matches, note, show
 from drill.grader.proxy import memory_measured
 
 # The full score matrix at the memory-check size, and the most a tiled call may hold.
@@ -179,6 +179,14 @@ def observed_call(fn, call: Call, *args, _hints: dict | None = None, return_args
              called=str(call), got=f"RuntimeWarning: {runtime[0]}",
              hint=warning_hint(str(runtime[0]), _hints or {}))
     return outcome
+
+
+def check_inputs_kept(function: str, called, names, before, after, hint: str) -> None:
+    """The arguments as the subject held them after the call (return_args=True) equal what was passed:
+    a write into an input, however rare the call that makes it, is a broken contract."""
+    for name, then, now in zip(names, before, after or ()):
+        if not matches(now, then, atol=0.0):
+            fail(f"{function} changed its input {name} in place", called=str(called), hint=hint)
 
 
 def warning_hint(message: str, hints: dict) -> str:

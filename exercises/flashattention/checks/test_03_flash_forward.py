@@ -23,6 +23,7 @@ from ._attention_reference import (
     check_peak,
     check_peak_long,
     check_reads_seen,
+    check_inputs_kept,
     chunked_attention,
     default_scale,
     first_wrong_block,
@@ -33,7 +34,6 @@ from ._attention_reference import (
     pair,
     peak_bytes,
     observed_call,
-    quiet_call,
     tiled_forward,
     visible,
 )
@@ -55,11 +55,16 @@ def _describe(Q, K, kw) -> str:
     return ", ".join(args)
 
 
+INPUTS_HINT = ("scale a copy (Q * scale, or Q[i:i + Br] * scale), not Q itself (Q *= scale, or *= on a block "
+               "sliced from Q, which is a view)")
+
+
 def call_forward(sub, Q, K, V, **kw):
-    """The user's (O, L), checked for type, shape and warnings."""
+    """The user's (O, L), checked for type, shape and warnings, with Q, K and V left as they were."""
     call = Call("flash_attention_forward", _describe(Q, K, kw))
-    result = quiet_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), **kw)
-    O, L = pair(result, call, "O, L", ((Q.shape[0], V.shape[1]), (Q.shape[0],)))
+    outcome = observed_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), return_args=True, **kw)
+    check_inputs_kept("flash_attention_forward", call, "QKV", (Q, K, V), outcome.args, INPUTS_HINT)
+    O, L = pair(outcome.result, call, "O, L", ((Q.shape[0], V.shape[1]), (Q.shape[0],)))
     return call, O, L
 
 
@@ -343,9 +348,11 @@ def test_memory(sub, rng, case):
     Q, K, V = _inputs(rng, n, sk, d)
     call = Call("flash_attention_forward", _describe(Q, K, opts))
     args = (Q.copy(), K.copy(), V.copy())
-    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, *args, **opts)
+    # The arguments come back as they are (no copy is made to send them), so the peak is unchanged.
+    peak, outcome = peak_bytes(observed_call, sub.flash_attention_forward, call, *args, return_args=True, **opts)
     check_peak(peak, call, "flash_attention_forward")
-    O, L = pair(result, call, "O, L", ((n, d), (n,)))
+    check_inputs_kept("flash_attention_forward", call, "QKV", (Q, K, V), outcome.args, INPUTS_HINT)
+    O, L = pair(outcome.result, call, "O, L", ((n, d), (n,)))
     # Every row: code right on most rows and wrong on a few is still wrong.
     O_ref, L_ref = chunked_attention(Q, K, V, causal, scale)
     close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O",
@@ -360,9 +367,11 @@ def test_memory_long_keys(sub, rng):
     Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)
     kw = dict(Br=LONG_SQ, Bc=LONG_BC)
     call = Call("flash_attention_forward", _describe(Q, K, kw))
-    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), **kw)
+    peak, outcome = peak_bytes(observed_call, sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(),
+                               return_args=True, **kw)
     check_peak_long(peak, call, "flash_attention_forward", Q.nbytes + K.nbytes + V.nbytes, K.nbytes)
-    O, L = pair(result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
+    check_inputs_kept("flash_attention_forward", call, "QKV", (Q, K, V), outcome.args, INPUTS_HINT)
+    O, L = pair(outcome.result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
     O_ref, L_ref = long_attention(Q, K, V)
     close(O, O_ref, call, atol=1e-8, rtol=1e-8, what="O", hint="memory is fine, but O is wrong on a long K")
     close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
@@ -378,11 +387,7 @@ def test_inputs_untouched(sub, rng):
         called = f"flash_attention_forward({_describe(Q, K, kw)})"
         before = (Q.copy(), K.copy(), V.copy())
         after = observed_call(sub.flash_attention_forward, called, Q, K, V, return_args=True, **kw).args
-        for name, now, then in zip("QKV", after, before):
-            if not matches(now, then, atol=0.0):
-                fail(f"flash_attention_forward changed its input {name} in place", called=called,
-                     hint="scale a copy (Q * scale, or Q[i:i + Br] * scale), not Q itself (Q *= scale, "
-                          "or *= on a block sliced from Q, which is a view)")
+        check_inputs_kept("flash_attention_forward", called, "QKV", before, after, INPUTS_HINT)
 
 
 # (sq, sk, d, Br, Bc, causal, scale): the options and head widths vary, so no shortcut hides behind one of them.

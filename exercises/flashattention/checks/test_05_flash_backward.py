@@ -21,6 +21,7 @@ from ._attention_reference import (
     attention,
     attention_backward,
     check_block_reads,
+    check_inputs_kept,
     check_passes,
     check_peak,
     check_peak_long,
@@ -33,7 +34,6 @@ from ._attention_reference import (
     first_wrong_block,
     peak_bytes,
     observed_call,
-    quiet_call,
 )
 
 ATOL, RTOL = 1e-9, 1e-8
@@ -75,11 +75,19 @@ WARNING_HINTS = {
 }
 
 
+INPUT_NAMES = ("Q", "K", "V", "O", "L", "dO")
+INPUTS_HINT = ("work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the caller's L; "
+               "Q *= scale writes into the caller's Q)")
+
+
 def call_backward(sub, p: Problem, *args):
-    """The user's (dQ, dK, dV), checked for type, shape and warnings."""
+    """The user's (dQ, dK, dV), checked for type, shape and warnings, with every input left as it was."""
     call = p.call()
-    copies = [a.copy() for a in (args or p.args)]
-    result = quiet_call(sub.flash_attention_backward, call, *copies, _hints=WARNING_HINTS, **p.kw)
+    given = args or p.args
+    outcome = observed_call(sub.flash_attention_backward, call, *[a.copy() for a in given], _hints=WARNING_HINTS,
+                            return_args=True, **p.kw)
+    check_inputs_kept("flash_attention_backward", call, INPUT_NAMES, given, outcome.args, INPUTS_HINT)
+    result = outcome.result
     if not isinstance(result, tuple) or len(result) != 3:
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result),
              expected="a tuple (dQ [sq, d], dK [sk, d], dV [sk, d])")
@@ -312,9 +320,12 @@ def test_memory(sub, rng, causal):
     call = Call("flash_attention_backward", f"Q, K, V, O, dO [{n}x{d}], L [{n}], Br=128, Bc=128, causal={causal}"
                 + ("" if scale is None else f", scale={scale}"))
     args = [a.copy() for a in (Q, K, V, O, L, dO)]
-    peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args,
-                              Br=128, Bc=128, causal=causal, scale=scale, _hints=WARNING_HINTS)
+    # The arguments come back as they are (no copy is made to send them), so the peak is unchanged.
+    peak, outcome = peak_bytes(observed_call, sub.flash_attention_backward, call, *args, return_args=True,
+                               Br=128, Bc=128, causal=causal, scale=scale, _hints=WARNING_HINTS)
     check_peak(peak, call, "flash_attention_backward")
+    check_inputs_kept("flash_attention_backward", call, INPUT_NAMES, (Q, K, V, O, L, dO), outcome.args, INPUTS_HINT)
+    result = outcome.result
     if not isinstance(result, tuple) or len(result) != 3:
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
     # Every row of every gradient: code right on most rows and wrong on a few is still wrong.
@@ -352,10 +363,12 @@ def test_memory_long_keys(sub, rng):
                 f"Br={LONG_SQ}, Bc={LONG_BC}, causal=True, scale={scale}")
     args = [a.copy() for a in (Q, K, V, O, L, dO)]
     held = sum(a.nbytes for a in args) + Q.nbytes + K.nbytes + V.nbytes  # the inputs, and dQ, dK, dV
-    peak, result = peak_bytes(quiet_call, sub.flash_attention_backward, call, *args, Br=LONG_SQ, Bc=LONG_BC,
-                              causal=True, scale=scale, _hints=WARNING_HINTS)
+    peak, outcome = peak_bytes(observed_call, sub.flash_attention_backward, call, *args, return_args=True,
+                               Br=LONG_SQ, Bc=LONG_BC, causal=True, scale=scale, _hints=WARNING_HINTS)
     check_peak_long(peak, call, "flash_attention_backward", held, K.nbytes, sk=LONG_SK_BACKWARD,
                     slack=LONG_SLACK_BACKWARD)
+    check_inputs_kept("flash_attention_backward", call, INPUT_NAMES, (Q, K, V, O, L, dO), outcome.args, INPUTS_HINT)
+    result = outcome.result
     if not isinstance(result, tuple) or len(result) != 3:
         fail(f"{call} must return three arrays (dQ, dK, dV)", called=str(call), got=show(result))
     wants = chunked_attention_backward(Q, K, V, O, L, dO, True, scale, columns=2**16)
@@ -376,11 +389,7 @@ def test_inputs_untouched(sub, rng):
         before = [a.copy() for a in args]
         after = observed_call(sub.flash_attention_backward, p.call(), *args, _hints=WARNING_HINTS,
                               return_args=True, **p.kw).args
-        for name, now, then in zip(("Q", "K", "V", "O", "L", "dO"), after, before):
-            if not matches(now, then, atol=0.0):
-                fail(f"flash_attention_backward changed its input {name} in place", called=str(p.call()),
-                     hint="work on copies (np.where(...) returns a new array; L[L == -inf] = ... writes into the "
-                          "caller's L; Q *= scale writes into the caller's Q)")
+        check_inputs_kept("flash_attention_backward", p.call(), INPUT_NAMES, before, after, INPUTS_HINT)
 
 
 # (sq, sk, d, Br, Bc, causal, scale): every pairing of causal with a given or default scale, since a
