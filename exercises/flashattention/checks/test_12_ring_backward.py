@@ -19,8 +19,8 @@ import pytest
 from drill.grader import fixtures, submission
 from drill.grader.expect import CheckFailure, close, fail, matches, show
 
-from ._ring_runs import (MEMORY_WORLDS, WORLDS, Case, cases_in, check_future_work_skipped, check_rank_memory, group_ranks,
-                         launch)
+from ._ring_runs import (MEMORY_WORLDS, WORLDS, BothMemoryCases, Case, cases_in, check_future_work_skipped,
+                         check_rank_memory, group_ranks, launch)
 
 NAMES = ("q", "k", "v", "o", "lse", "do")
 GRADS = ("dq", "dk", "dv")
@@ -31,6 +31,10 @@ P2P = P2P_SENDS + P2P_RECVS + ("batch_isend_irecv",)
 
 @dataclass(frozen=True)
 class BackwardCase(Case):
+    # o and lse handed in are not the forward's (lse + 1, o nudged): the contract's formulas with the values
+    # given have a known answer, which code that recomputes the statistics misses.
+    given_stats: bool = False
+
     def call(self, world: int, rank: int) -> str:
         members = group_ranks(self, world)
         group = "None" if self.group is None else f"new_group({members})"
@@ -46,6 +50,8 @@ CASES = (
     BackwardCase("large", causal=False, n=3, d=4, spread=32.0),  # scores of about ±1e3
     BackwardCase("large_causal", causal=True, n=3, d=4, spread=32.0),
     BackwardCase("future_nan", causal=True, n=3, d=4, spread=1.0, poison_last_v=True),
+    BackwardCase("given_stats", causal=False, n=4, d=8, spread=1.0, given_stats=True),
+    BackwardCase("given_stats_causal", causal=True, n=4, d=8, spread=1.0, given_stats=True),
     # Last: code that ignores `group` hangs here, after every other case has finished.
     BackwardCase("group", causal=True, n=3, d=8, spread=1.0, group=(1, 2, 3)),
     # Members with gaps ([0, 2] of 3, [0, 2, 3] of 4): group rank r + 1 is not global rank r + 1.
@@ -56,7 +62,7 @@ CASES = (
 )
 BY_NAME = {c.name: c for c in CASES}
 TOL = {"plain": 1e-9, "causal": 1e-9, "large": 1e-7, "large_causal": 1e-7, "future_nan": 1e-9, "group": 1e-9,
-       "group_gaps": 1e-9, "memory": 1e-9, "memory_causal": 1e-9}
+       "group_gaps": 1e-9, "memory": 1e-9, "memory_causal": 1e-9, "given_stats": 1e-9, "given_stats_causal": 1e-9}
 # The least matmul work one shard's share takes: five [n, n, d] products (S, dV, dP, dQ, dK) at
 # 2·n·n·d FLOPs each. The unmasked work may be at most WORK_SLACK times that per shard visited.
 MATMULS_PER_SHARD = 5
@@ -125,6 +131,8 @@ def make_inputs(world: int) -> dict[str, np.ndarray]:
         v = rng.normal(size=(s, case.d))
         do = rng.normal(size=(s, case.d))
         o, lse = forward(q, k, v, visible(s, case.causal))
+        if case.given_stats:
+            lse, o = lse + 1.0, o + 0.25 * rng.normal(size=o.shape)
         if case.poison_last_v:
             v[s - case.n:] = np.nan  # o and lse stay finite: only a rank that reads this V sees NaN
         arrays.update({f"{case.name}_{t}": x for t, x in zip(NAMES, (q, k, v, o, lse, do))})
@@ -466,6 +474,39 @@ def test_skips_future_shards(runs):
         check_future_work_skipped(runs, world, BY_NAME["plain"], BY_NAME["causal"], "the gradients")
 
 
+def test_uses_given_o_and_lse(runs):
+    """The given o and lse are used: P = exp(S - lse) and D = rowsum(do ∘ o), nothing recomputed (causal too)"""
+    for world in WORLDS:
+        for case in ("given_stats", "given_stats_causal"):
+            try:
+                _compare_case(runs, world, case)
+            except CheckFailure as failure:
+                if runs.problem(world, case):
+                    raise
+                raise CheckFailure(failure.summary, called=failure.called + " with lse + 1 and o perturbed",
+                                   got=failure.got, expected=failure.expected,
+                                   hint=_ignored_stats(runs, world, case) or failure.hint) from None
+
+
+def _ignored_stats(runs, world: int, case: str) -> str:
+    """Name the input a rank recomputed, if its gradients equal those from the forward's own o or lse."""
+    c = BY_NAME[case]
+    q, k, v, o, lse, do = _inputs(runs, world, case)
+    vis = visible(q.shape[0], c.causal)
+    o_true, lse_true = forward(q, k, v, vis)
+    outs = _outputs(runs, world, case)
+    for o_used, lse_used, why in (
+            (o, lse_true, "the gradients ignore the lse given (it was recomputed): rebuild P = exp(S - lse) from the "
+                          "lse passed in, the one 06 returned; recomputing it is a second forward pass"),
+            (o_true, lse, "D ignores the o given (o was recomputed): D = rowsum(do ∘ o) with the o passed in"),
+            (o_true, lse_true, "the gradients ignore the o and lse given: use P = exp(S - lse) and "
+                               "D = rowsum(do ∘ o) with them, not a forward pass of your own")):
+        want = gradients(q, k, v, o_used, lse_used, do, vis, c.n)
+        if all(matches(outs[r][i], want[i][_rows(c, world, r)], atol=1e-7) for r in outs for i in range(3)):
+            return why
+    return ""
+
+
 def test_explicit_group(runs):
     """With an explicit process group of some of the ranks, only its members take part, in its order"""
     for world in (3, 4):
@@ -508,13 +549,5 @@ def test_memory_per_rank(runs):
     for world in MEMORY_WORLDS:
         _compare_case(runs, world, "memory")
         _compare_case(runs, world, "memory_causal")
-    check_rank_memory(runs, _BothMemoryCases(), "the K and V shards (or their gradients) of every rank")
+    check_rank_memory(runs, BothMemoryCases(BY_NAME["memory"]), "the K and V shards (or their gradients) of every rank")
 
-
-class _BothMemoryCases:
-    """The two memory cases as one, for check_rank_memory: a rank's peak covers its whole life."""
-
-    shard_bytes = BY_NAME["memory"].shard_bytes
-
-    def call(self, world: int, rank: int) -> str:
-        return BY_NAME["memory"].call(world, rank).replace("causal=False", "causal=False, then causal=True")
