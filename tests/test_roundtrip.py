@@ -205,3 +205,12 @@ def test_a_speed_check_with_no_judged_size_is_skipped_not_passed():
     with pytest.raises(pytest.skip.Exception, match="speed not judged"):
         roundtrip.require_judged(0)
     assert roundtrip.require_judged(1) is None
+
+
+def test_host_reads_in_a_launcher_are_named_in_the_hint():
+    with pytest.raises(CheckFailure) as host:
+        tf.check_no_torch_compute({"torch_compute": ["max", "__int__"]}, "flash_decode(...)", "o")
+    assert "int(seq_lens.max())" in host.value.hint
+    with pytest.raises(CheckFailure) as matmul:
+        tf.check_no_torch_compute({"torch_compute": ["matmul"]}, "flash_decode(...)", "o")
+    assert "on the host" not in matmul.value.hint

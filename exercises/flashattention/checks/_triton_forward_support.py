@@ -402,10 +402,17 @@ def check_no_torch_compute(observed: dict, call: str, what: str) -> None:
     beside its kernels: a decoy launch must not pass for the work. Missing from the record fails too."""
     computed = observed.get("torch_compute")
     if not isinstance(computed, list) or computed:
+        hint = f"{what} must come from your kernels: move the work into them"
+        if set(map(str, computed or ())) & _HOST_READS:
+            hint += ("; reading a tensor's values on the host (int(seq_lens.max()), .item(), .tolist()) counts too: "
+                     "size grids and splits from shapes and arguments")
         fail("your file computes with torch operations beside its kernels", called=call,
              got=f"torch calls from your file: {', '.join(map(str, computed or ['(not recorded)']))}",
-             expected="only allocations, views and launches in the launcher",
-             hint=f"{what} must come from your kernels: move the work into them")
+             expected="only allocations, views and launches in the launcher", hint=hint)
+
+
+# Calls that bring a tensor's values to the host, which a launcher sizing its grid may reach for.
+_HOST_READS = {"item", "tolist", "__int__", "__index__", "__float__", "__bool__", "numpy", "__array__"}
 
 
 def call_user(sub, q, k, v, causal=False, sm_scale=None, *, guard: float = math.nan, return_inputs: bool = False):
