@@ -34,6 +34,7 @@ from ._attention_reference import (
     pair,
     peak_bytes,
     observed_call,
+    quiet_call,
     tiled_forward,
     visible,
 )
@@ -60,11 +61,10 @@ INPUTS_HINT = ("scale a copy (Q * scale, or Q[i:i + Br] * scale), not Q itself (
 
 
 def call_forward(sub, Q, K, V, **kw):
-    """The user's (O, L), checked for type, shape and warnings, with Q, K and V left as they were."""
+    """The user's (O, L), checked for type, shape and warnings."""
     call = Call("flash_attention_forward", _describe(Q, K, kw))
-    outcome = observed_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), return_args=True, **kw)
-    check_inputs_kept("flash_attention_forward", call, "QKV", (Q, K, V), outcome.args, INPUTS_HINT)
-    O, L = pair(outcome.result, call, "O, L", ((Q.shape[0], V.shape[1]), (Q.shape[0],)))
+    result = quiet_call(sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), **kw)
+    O, L = pair(result, call, "O, L", ((Q.shape[0], V.shape[1]), (Q.shape[0],)))
     return call, O, L
 
 
@@ -348,11 +348,9 @@ def test_memory(sub, rng, case):
     Q, K, V = _inputs(rng, n, sk, d)
     call = Call("flash_attention_forward", _describe(Q, K, opts))
     args = (Q.copy(), K.copy(), V.copy())
-    # The arguments come back as they are (no copy is made to send them), so the peak is unchanged.
-    peak, outcome = peak_bytes(observed_call, sub.flash_attention_forward, call, *args, return_args=True, **opts)
+    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, *args, **opts)
     check_peak(peak, call, "flash_attention_forward")
-    check_inputs_kept("flash_attention_forward", call, "QKV", (Q, K, V), outcome.args, INPUTS_HINT)
-    O, L = pair(outcome.result, call, "O, L", ((n, d), (n,)))
+    O, L = pair(result, call, "O, L", ((n, d), (n,)))
     # Every row: code right on most rows and wrong on a few is still wrong.
     O_ref, L_ref = chunked_attention(Q, K, V, causal, scale)
     close(O, O_ref, call, atol=O_ATOL, rtol=O_RTOL, what="O",
@@ -367,11 +365,9 @@ def test_memory_long_keys(sub, rng):
     Q, K, V = _inputs(rng, LONG_SQ, LONG_SK, 1)
     kw = dict(Br=LONG_SQ, Bc=LONG_BC)
     call = Call("flash_attention_forward", _describe(Q, K, kw))
-    peak, outcome = peak_bytes(observed_call, sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(),
-                               return_args=True, **kw)
+    peak, result = peak_bytes(quiet_call, sub.flash_attention_forward, call, Q.copy(), K.copy(), V.copy(), **kw)
     check_peak_long(peak, call, "flash_attention_forward", Q.nbytes + K.nbytes + V.nbytes, K.nbytes)
-    check_inputs_kept("flash_attention_forward", call, "QKV", (Q, K, V), outcome.args, INPUTS_HINT)
-    O, L = pair(outcome.result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
+    O, L = pair(result, call, "O, L", ((LONG_SQ, 1), (LONG_SQ,)))
     O_ref, L_ref = long_attention(Q, K, V)
     close(O, O_ref, call, atol=1e-8, rtol=1e-8, what="O", hint="memory is fine, but O is wrong on a long K")
     close(L, L_ref, call, atol=1e-8, rtol=1e-12, what="L", hint="memory is fine, but L is wrong on a long K")
@@ -380,10 +376,16 @@ def test_memory_long_keys(sub, rng):
 @pytest.mark.observed
 def test_inputs_untouched(sub, rng):
     """Q, K and V are not modified, with or without the mask and a given scale"""
-    for sq, sk, causal, scale in [(19, 23, True, None), (19, 23, False, None), (23, 19, True, -0.6),
-                                  (19, 23, False, 0.37)]:
-        Q, K, V = _inputs(rng, sq, sk, 4)
-        kw = dict(Br=8, Bc=8, causal=causal, scale=scale)
+    # Heads of 4, then wider ones drawn per run with their own tiles: a write kept for some widths or
+    # sizes shows too. (The value and memory checks hand the subject copies and compare values only,
+    # so they stay verified; this check rests on the arguments the subject sends back.)
+    for sq, sk, d, causal, scale in [(19, 23, 4, True, None), (19, 23, 4, False, None), (23, 19, 4, True, -0.6),
+                                     (19, 23, 4, False, 0.37), (0, 0, 0, True, None), (0, 0, 0, False, 0.37)]:
+        if not d:
+            sq, sk, d = (int(x) for x in rng.integers((33, 33, 5), (97, 97, 65)))
+        Q, K, V = _inputs(rng, sq, sk, d)
+        kw = dict(Br=int(rng.integers(4, 33)), Bc=int(rng.integers(4, 33)), causal=causal, scale=scale) \
+            if d > 4 else dict(Br=8, Bc=8, causal=causal, scale=scale)
         called = f"flash_attention_forward({_describe(Q, K, kw)})"
         before = (Q.copy(), K.copy(), V.copy())
         after = observed_call(sub.flash_attention_forward, called, Q, K, V, return_args=True, **kw).args

@@ -3,7 +3,8 @@
 (L[L == -inf] = inf) whenever d > 4, and is otherwise the honest backward, so every gradient
 it returns is right.
 Slipped past test_inputs_untouched: that check passed d = 4 only, and no other call looks at
-the arguments after the call. Every value and memory check now compares its inputs after the call.
+the arguments after the call. The inputs check now also passes wider heads drawn per run (sq > sk,
+causal, so L has -inf rows).
 """
 
 import math

@@ -2,7 +2,7 @@
 """Attack: scales the caller's Q in place, a query block at a time through its view, whenever d > 4, and is
 otherwise the honest tiled loop, so every value it returns is right.
 Slipped past test_inputs_untouched: that check passed d = 4 only, and no other call looks at
-the arguments after the call. Every value check now compares Q, K and V after the call.
+the arguments after the call. The inputs check now also passes wider heads drawn per run.
 """
 
 import math
