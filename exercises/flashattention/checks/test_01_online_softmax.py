@@ -190,22 +190,17 @@ def test_softmax_extreme_logits(sub):
     extremes = (np.array([1e4, 1e4 - 1.0, 1e4 - 5.0, 0.0]), np.array([-1e4, -1e4 - 1.0, -1e4 - 2.0]),
                 np.array([-1e6, -1e6 - 1.0, -1e6 - 3.0, -1e6 + 0.5]), np.array([-1e300, -2e300, -1e300, -3e300]),
                 np.array([-1e308, -1.2e308, -1e308 - 1e293, -1e308]))
-    for x in extremes:
-        call, got = _softmax_call(sub, x, 2)
-        hint = ""
-        if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
-            hint = ("every exponent must be shifted by the running max (which starts at -inf, not 0 nor any "
-                    "finite stand-in such as -1e5), so exp never overflows or underflows to a zero sum")
-        close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
-    # The same rows as one 2-D array (the short row padded with -inf), and the lowest alone as [1, n]: a
-    # vectorised path for 2-D input needs the same start max as a single row.
+    # Then the same rows as one 2-D array (the short row padded with -inf), and the lowest alone as [1, n]:
+    # a vectorised path for 2-D input needs the same start max as a single row.
     rows = np.stack([np.pad(x, (0, 4 - x.size), constant_values=-np.inf) for x in extremes])
-    for x in (rows, rows[-1:]):
+    for x in (*extremes, rows, rows[-1:]):
         call, got = _softmax_call(sub, x, 2)
         hint = ""
         if not matches(np.isfinite(got), np.ones(got.shape)) or matches(got, np.zeros(got.shape)):
             hint = ("in 2-D too, every row's running max starts at -inf (not 0 nor any finite stand-in such as "
-                    "-1e30), so exp never overflows or underflows to a zero sum")
+                    "-1e30), so exp never overflows or underflows to a zero sum" if x.ndim == 2 else
+                    "every exponent must be shifted by the running max (which starts at -inf, not 0 nor any "
+                    "finite stand-in such as -1e5), so exp never overflows or underflows to a zero sum")
         close(got, reference_softmax(x), call, atol=1e-12, rtol=1e-9, hint=hint)
 
 
